@@ -1,0 +1,351 @@
+#include "Allocator.h"
+#include "Runtime.h"
+
+#include <c10/util/Exception.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_set>
+
+namespace torch_neuronx {
+namespace {
+
+using c10::CachingAllocator::StatType;
+using c10::CachingDeviceAllocator::DeviceStats;
+
+constexpr size_t kAlignment = 64;
+constexpr size_t kSmallLimit = 1 << 20;  // blocks below 1 MiB go to the small pool
+constexpr size_t kSmallRound = 512;
+
+struct Block {
+  void* ptr;
+  size_t size;
+  size_t requested;
+  c10::DeviceIndex device;
+  bool small;
+  bool allocated;
+};
+
+// Rounds a request up to its size class.
+size_t roundSize(size_t nbytes) {
+  if (nbytes < kSmallLimit) {
+    return std::max(kSmallRound, (nbytes + kSmallRound - 1) / kSmallRound * kSmallRound);
+  }
+  size_t power = size_t{1} << (63 - __builtin_clzll(nbytes));
+  size_t step = power / 4;
+  return (nbytes + step - 1) / step * step;
+}
+
+void updateStat(c10::CachingAllocator::StatArray& stat, bool small, int64_t amount) {
+  const auto pool = static_cast<size_t>(small ? StatType::SMALL_POOL : StatType::LARGE_POOL);
+  for (size_t index : {static_cast<size_t>(StatType::AGGREGATE), pool}) {
+    if (amount >= 0) {
+      stat[index].increase(static_cast<size_t>(amount));
+    } else {
+      stat[index].decrease(static_cast<size_t>(-amount));
+    }
+  }
+}
+
+struct DeviceMemory {
+  std::mutex mutex;
+  std::multimap<size_t, Block*> free_blocks;  // cached, keyed by size
+  std::unordered_set<Block*> all_blocks;      // every segment we own
+  DeviceStats stats;
+  size_t reserved = 0;
+
+  // Takes a cached block that fits `size` without wasting more than a
+  // quarter of it (small blocks must match their size class exactly).
+  Block* takeCached(size_t size) {
+    auto it = free_blocks.lower_bound(size);
+    if (it == free_blocks.end()) {
+      return nullptr;
+    }
+    Block* block = it->second;
+    bool fits = block->small ? block->size == size : block->size <= size + size / 4;
+    if (!fits) {
+      return nullptr;
+    }
+    free_blocks.erase(it);
+    return block;
+  }
+
+  void releaseCached() {
+    for (auto& [size, block] : free_blocks) {
+      std::free(block->ptr);
+      reserved -= block->size;
+      updateStat(stats.reserved_bytes, block->small, -static_cast<int64_t>(block->size));
+      updateStat(stats.segment, block->small, -1);
+      stats.num_device_free++;
+      all_blocks.erase(block);
+      delete block;
+    }
+    free_blocks.clear();
+  }
+};
+
+std::vector<std::unique_ptr<DeviceMemory>>& devices() {
+  // One slot per possible core, created up front so the table never moves.
+  static std::vector<std::unique_ptr<DeviceMemory>> memories = [] {
+    std::vector<std::unique_ptr<DeviceMemory>> result;
+    for (int i = 0; i < kMaxDevices; ++i) {
+      result.push_back(std::make_unique<DeviceMemory>());
+    }
+    return result;
+  }();
+  return memories;
+}
+
+DeviceMemory& memoryOf(c10::DeviceIndex device) {
+  checkDeviceIndex(device);
+  return *devices()[device];
+}
+
+void freeBlock(void* context) {
+  auto* block = static_cast<Block*>(context);
+  auto& memory = *devices()[block->device];
+  std::lock_guard<std::mutex> lock(memory.mutex);
+  block->allocated = false;
+  updateStat(memory.stats.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
+  updateStat(memory.stats.active_bytes, block->small, -static_cast<int64_t>(block->size));
+  updateStat(memory.stats.requested_bytes, block->small, -static_cast<int64_t>(block->requested));
+  updateStat(memory.stats.allocation, block->small, -1);
+  updateStat(memory.stats.active, block->small, -1);
+  memory.free_blocks.emplace(block->size, block);
+}
+
+[[noreturn]] void throwOutOfMemory(
+    c10::DeviceIndex device, size_t request, DeviceMemory& memory) {
+  memory.stats.num_ooms++;
+  const size_t capacity = static_cast<size_t>(deviceCapacity(device));
+  const auto allocated = static_cast<size_t>(
+      memory.stats.allocated_bytes[static_cast<size_t>(StatType::AGGREGATE)].current);
+  const size_t free_bytes = capacity > memory.reserved ? capacity - memory.reserved : 0;
+  TORCH_CHECK_WITH(
+      OutOfMemoryError,
+      false,
+      "NEURON out of memory. Tried to allocate ", formatBytes(request),
+      ". NeuronCore ", static_cast<int>(device), " has a total capacity of ",
+      formatBytes(capacity), " of which ", formatBytes(free_bytes),
+      " is free. Of the allocated memory ", formatBytes(allocated),
+      " is allocated by PyTorch, and ", formatBytes(memory.reserved - allocated),
+      " is reserved by PyTorch but unallocated. Free tensors you no longer need, "
+      "reduce the batch or model size, or choose an instance profile with more HBM per "
+      "core (TORCH_NEURONX_INSTANCE). See torch.neuron.memory_summary() for details.");
+}
+
+// Allocates a new segment, flushing the cache once if the core is full.
+Block* newBlock(c10::DeviceIndex device, size_t size, DeviceMemory& memory) {
+  const size_t capacity = static_cast<size_t>(deviceCapacity(device));
+  if (memory.reserved + size > capacity) {
+    memory.stats.num_alloc_retries++;
+    memory.releaseCached();
+    if (memory.reserved + size > capacity) {
+      throwOutOfMemory(device, size, memory);
+    }
+  }
+  void* ptr = std::aligned_alloc(kAlignment, size);
+  if (ptr == nullptr) {
+    memory.releaseCached();
+    ptr = std::aligned_alloc(kAlignment, size);
+    if (ptr == nullptr) {
+      throwOutOfMemory(device, size, memory);
+    }
+  }
+  auto* block = new Block{ptr, size, 0, device, size < kSmallLimit, false};
+  memory.all_blocks.insert(block);
+  memory.reserved += size;
+  updateStat(memory.stats.reserved_bytes, block->small, static_cast<int64_t>(size));
+  updateStat(memory.stats.segment, block->small, 1);
+  memory.stats.num_device_alloc++;
+  return block;
+}
+
+thread_local c10::DeviceIndex t_capture_device = -1;
+
+// The CPU allocator, wrapped: inside a CaptureScope allocations go to the
+// device; everywhere else this is PyTorch's own CPU allocator untouched.
+class CaptureCpuAllocator final : public c10::Allocator {
+ public:
+  explicit CaptureCpuAllocator(c10::Allocator* base) : base_(base) {}
+
+  c10::DataPtr allocate(size_t nbytes) override {
+    if (t_capture_device < 0) {
+      return base_->allocate(nbytes);
+    }
+    auto ptr = neuronAllocator().allocateOn(t_capture_device, nbytes);
+    ptr.unsafe_set_device(c10::Device(c10::DeviceType::CPU));
+    return ptr;
+  }
+
+  void copy_data(void* dst, const void* src, size_t count) const override {
+    std::memcpy(dst, src, count);
+  }
+
+ private:
+  c10::Allocator* base_;
+};
+
+} // namespace
+
+std::string formatBytes(size_t bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char buffer[64];
+  if (unit == 0) {
+    std::snprintf(buffer, sizeof(buffer), "%zu bytes", bytes);
+  } else {
+    std::snprintf(buffer, sizeof(buffer), "%.2f %s", value, units[unit]);
+  }
+  return buffer;
+}
+
+c10::DataPtr NeuronAllocator::allocate(size_t nbytes) {
+  return allocateOn(currentDevice(), nbytes);
+}
+
+c10::DataPtr NeuronAllocator::allocateOn(c10::DeviceIndex device, size_t nbytes) {
+  lazyInit();
+  const c10::Device where(kNeuron, device);
+  if (nbytes == 0) {
+    return c10::DataPtr(nullptr, where);
+  }
+  auto& memory = memoryOf(device);
+  const size_t size = roundSize(nbytes);
+  std::lock_guard<std::mutex> lock(memory.mutex);
+  Block* block = memory.takeCached(size);
+  if (block == nullptr) {
+    block = newBlock(device, size, memory);
+  }
+  block->allocated = true;
+  block->requested = nbytes;
+  updateStat(memory.stats.allocated_bytes, block->small, static_cast<int64_t>(block->size));
+  updateStat(memory.stats.active_bytes, block->small, static_cast<int64_t>(block->size));
+  updateStat(memory.stats.requested_bytes, block->small, static_cast<int64_t>(nbytes));
+  updateStat(memory.stats.allocation, block->small, 1);
+  updateStat(memory.stats.active, block->small, 1);
+  return c10::DataPtr(block->ptr, block, &freeBlock, where);
+}
+
+c10::DeleterFnPtr NeuronAllocator::raw_deleter() const {
+  return nullptr;  // the context (a Block) differs from the data pointer
+}
+
+void NeuronAllocator::copy_data(void* dst, const void* src, size_t count) const {
+  std::memcpy(dst, src, count);
+}
+
+bool NeuronAllocator::initialized() {
+  return isInitialized();
+}
+
+void NeuronAllocator::emptyCache(c10::MempoolId_t /*mempool_id*/) {
+  for (c10::DeviceIndex i = 0; i < deviceCount(); ++i) {
+    auto& memory = memoryOf(i);
+    std::lock_guard<std::mutex> lock(memory.mutex);
+    memory.releaseCached();
+  }
+}
+
+void NeuronAllocator::recordStream(const c10::DataPtr& /*ptr*/, c10::Stream /*stream*/) {
+  // Execution is synchronous: by the time a block is freed, every stream that
+  // used it has finished, so there is nothing to wait for.
+}
+
+c10::CachingDeviceAllocator::DeviceStats NeuronAllocator::getDeviceStats(
+    c10::DeviceIndex device) {
+  auto& memory = memoryOf(device);
+  std::lock_guard<std::mutex> lock(memory.mutex);
+  return memory.stats;
+}
+
+void NeuronAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
+  auto& memory = memoryOf(device);
+  std::lock_guard<std::mutex> lock(memory.mutex);
+  auto& s = memory.stats;
+  for (auto* array : {&s.allocation, &s.segment, &s.active, &s.inactive_split,
+                      &s.allocated_bytes, &s.reserved_bytes, &s.active_bytes,
+                      &s.inactive_split_bytes, &s.requested_bytes}) {
+    for (auto& stat : *array) {
+      stat.reset_accumulated();
+    }
+  }
+  s.num_alloc_retries = 0;
+  s.num_ooms = 0;
+  s.num_device_alloc = 0;
+  s.num_device_free = 0;
+}
+
+void NeuronAllocator::resetPeakStats(c10::DeviceIndex device) {
+  auto& memory = memoryOf(device);
+  std::lock_guard<std::mutex> lock(memory.mutex);
+  auto& s = memory.stats;
+  for (auto* array : {&s.allocation, &s.segment, &s.active, &s.inactive_split,
+                      &s.allocated_bytes, &s.reserved_bytes, &s.active_bytes,
+                      &s.inactive_split_bytes, &s.requested_bytes}) {
+    for (auto& stat : *array) {
+      stat.reset_peak();
+    }
+  }
+}
+
+std::pair<size_t, size_t> NeuronAllocator::getMemoryInfo(c10::DeviceIndex device) {
+  auto& memory = memoryOf(device);
+  std::lock_guard<std::mutex> lock(memory.mutex);
+  const auto total = static_cast<size_t>(deviceCapacity(device));
+  return {total > memory.reserved ? total - memory.reserved : 0, total};
+}
+
+bool NeuronAllocator::owns(const c10::DataPtr& ptr) {
+  return ptr.get_deleter() == &freeBlock;
+}
+
+std::vector<BlockInfo> NeuronAllocator::snapshot() {
+  std::vector<BlockInfo> result;
+  for (c10::DeviceIndex i = 0; i < deviceCount(); ++i) {
+    auto& memory = memoryOf(i);
+    std::lock_guard<std::mutex> lock(memory.mutex);
+    for (Block* block : memory.all_blocks) {
+      result.push_back(BlockInfo{
+          block->device, reinterpret_cast<uint64_t>(block->ptr), block->size,
+          block->requested, block->allocated, block->small});
+    }
+  }
+  return result;
+}
+
+NeuronAllocator& neuronAllocator() {
+  static NeuronAllocator allocator;
+  return allocator;
+}
+
+CaptureScope::CaptureScope(c10::DeviceIndex device) : previous_(t_capture_device) {
+  t_capture_device = device;
+}
+
+CaptureScope::~CaptureScope() {
+  t_capture_device = previous_;
+}
+
+void installCaptureAllocator() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Leaked on purpose: CPU storages may outlive any static destructor.
+    auto* capture = new CaptureCpuAllocator(c10::GetAllocator(c10::DeviceType::CPU));
+    c10::SetAllocator(c10::DeviceType::CPU, capture, /*priority=*/1);
+  });
+}
+
+// Registered at load time so torch.accelerator.memory_* find a DeviceAllocator.
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &neuronAllocator());
+
+} // namespace torch_neuronx

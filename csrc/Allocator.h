@@ -1,0 +1,71 @@
+// Device memory: a caching allocator with a per-core capacity (the core's HBM).
+//
+// Device memory is host memory, 64-byte aligned so that it can be handed to
+// XLA through DLPack without a copy. Freed blocks stay cached in a small pool
+// (< 1 MiB, 512-byte size classes) or a large pool (>= 1 MiB, four size
+// classes per power of two) and are reused; going over the capacity raises
+// torch.OutOfMemoryError with CUDA's wording.
+#pragma once
+
+#include <c10/core/Allocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace torch_neuronx {
+
+struct BlockInfo {
+  c10::DeviceIndex device;
+  uint64_t address;
+  size_t size;       // bytes reserved for the block (its size class)
+  size_t requested;  // bytes the caller asked for
+  bool allocated;    // false: cached, free for reuse
+  bool small_pool;
+};
+
+class NeuronAllocator final : public c10::DeviceAllocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override;
+  c10::DataPtr allocateOn(c10::DeviceIndex device, size_t nbytes);
+  c10::DeleterFnPtr raw_deleter() const override;
+  void copy_data(void* dst, const void* src, size_t count) const override;
+
+  bool initialized() override;
+  void emptyCache(c10::MempoolId_t mempool_id = {0, 0}) override;
+  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override;
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(
+      c10::DeviceIndex device) override;
+  void resetAccumulatedStats(c10::DeviceIndex device) override;
+  void resetPeakStats(c10::DeviceIndex device) override;
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override;
+
+  // True when the DataPtr's memory belongs to this allocator.
+  static bool owns(const c10::DataPtr& ptr);
+  std::vector<BlockInfo> snapshot();
+};
+
+NeuronAllocator& neuronAllocator();
+
+// While a CaptureScope is alive on a thread, CPU allocations made by that
+// thread come from the device allocator of `device`. The eager path uses it so
+// that results computed by PyTorch's CPU kernels land in device memory and can
+// be adopted by a device tensor without a copy.
+class CaptureScope {
+ public:
+  explicit CaptureScope(c10::DeviceIndex device);
+  ~CaptureScope();
+  CaptureScope(const CaptureScope&) = delete;
+  CaptureScope& operator=(const CaptureScope&) = delete;
+
+ private:
+  c10::DeviceIndex previous_;
+};
+
+// Installs the capturing CPU allocator (once).
+void installCaptureAllocator();
+
+std::string formatBytes(size_t bytes);
+
+} // namespace torch_neuronx

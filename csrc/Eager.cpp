@@ -1,0 +1,654 @@
+#include "Eager.h"
+#include "Allocator.h"
+#include "Generator.h"
+#include "Runtime.h"
+
+#include <ATen/ATen.h>
+#include <ATen/native/CPUFallback.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+namespace torch_neuronx {
+namespace {
+
+using Counter = std::atomic<int64_t>;
+
+// ---------------------------------------------------------------- op tracking
+
+struct CounterTable {
+  std::mutex mutex;
+  std::map<std::string, std::unique_ptr<Counter>> counters;
+
+  Counter* get(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto& slot = counters[name];
+    if (!slot) {
+      slot = std::make_unique<Counter>(0);
+    }
+    return slot.get();
+  }
+
+  std::map<std::string, int64_t> nonzero() {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::map<std::string, int64_t> result;
+    for (auto& [name, counter] : counters) {
+      if (auto value = counter->load()) {
+        result.emplace(name, value);
+      }
+    }
+    return result;
+  }
+
+  void clear() {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (auto& [name, counter] : counters) {
+      *counter = 0;
+    }
+  }
+};
+
+CounterTable& executedTable() {
+  static auto* table = new CounterTable();
+  return *table;
+}
+
+CounterTable& fallbackTable() {
+  static auto* table = new CounterTable();
+  return *table;
+}
+
+// ------------------------------------------------------- per-op schema facts
+
+std::mutex g_flags_mutex;
+std::unordered_map<std::string, int>& opFlags() {
+  static auto* flags = new std::unordered_map<std::string, int>();
+  return *flags;
+}
+
+c10::TypeKind elementKind(const c10::Argument& argument) {
+  const auto& type = argument.real_type();
+  if (type->kind() == c10::TypeKind::OptionalType) {
+    return type->castRaw<c10::OptionalType>()->getElementType()->kind();
+  }
+  return type->kind();
+}
+
+enum class ArgKind : uint8_t { Other, Tensor, TensorList, OptionalTensorList };
+
+ArgKind argKind(const c10::Argument& argument) {
+  const auto& type = argument.real_type();
+  auto kind = elementKind(argument);
+  if (kind == c10::TypeKind::TensorType) {
+    return ArgKind::Tensor;
+  }
+  if (type->kind() == c10::TypeKind::ListType) {
+    const auto& element = type->castRaw<c10::ListType>()->getElementType();
+    if (element->kind() == c10::TypeKind::TensorType) {
+      return ArgKind::TensorList;
+    }
+    if (element->kind() == c10::TypeKind::OptionalType &&
+        element->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::TensorType) {
+      return ArgKind::OptionalTensorList;
+    }
+  }
+  return ArgKind::Other;
+}
+
+// What the eager path needs to know about an op, computed once per op.
+struct OpMeta {
+  std::string name;
+  int flags = 0;
+  std::vector<ArgKind> arg_kinds;
+  std::vector<bool> mutable_args;
+  std::vector<int> generator_args;
+  std::vector<int> device_args;
+  std::vector<int> dtype_args;
+  Counter* executed = nullptr;
+  Counter* fallback = nullptr;
+  std::atomic<bool> fallback_warned{false};
+};
+
+std::unique_ptr<OpMeta> buildMeta(const c10::OperatorHandle& op) {
+  auto meta = std::make_unique<OpMeta>();
+  const auto& schema = op.schema();
+  meta->name = c10::toString(op.operator_name());
+  {
+    std::lock_guard<std::mutex> lock(g_flags_mutex);
+    auto it = opFlags().find(meta->name);
+    meta->flags = it == opFlags().end() ? 0 : it->second;
+  }
+  const auto& arguments = schema.arguments();
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const auto* alias = arguments[i].alias_info();
+    meta->mutable_args.push_back(alias != nullptr && alias->isWrite());
+    meta->arg_kinds.push_back(argKind(arguments[i]));
+    switch (elementKind(arguments[i])) {
+      case c10::TypeKind::GeneratorType:
+        meta->generator_args.push_back(static_cast<int>(i));
+        break;
+      case c10::TypeKind::DeviceObjType:
+        meta->device_args.push_back(static_cast<int>(i));
+        break;
+      case c10::TypeKind::ScalarTypeType:
+        meta->dtype_args.push_back(static_cast<int>(i));
+        break;
+      default:
+        break;
+    }
+  }
+  meta->executed = executedTable().get(meta->name);
+  meta->fallback = fallbackTable().get(meta->name);
+  return meta;
+}
+
+OpMeta& metaFor(const c10::OperatorHandle& op) {
+  static std::mutex mutex;
+  static auto* metas = new std::unordered_map<const void*, std::unique_ptr<OpMeta>>();
+  thread_local std::unordered_map<const void*, OpMeta*> cache;
+  const void* key = &op.schema();
+  auto hit = cache.find(key);
+  if (hit != cache.end()) {
+    return *hit->second;
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& slot = (*metas)[key];
+  if (!slot) {
+    slot = buildMeta(op);
+  }
+  cache.emplace(key, slot.get());
+  return *slot;
+}
+
+// ----------------------------------------------------------- device memory
+
+c10::Allocator* captureCpuAllocator() {
+  static c10::Allocator* allocator = [] {
+    installCaptureAllocator();
+    return c10::GetAllocator(c10::DeviceType::CPU);
+  }();
+  return allocator;
+}
+
+// Moves the bytes of a CPU storage filled by a kernel into device memory:
+// taken over as they are when the device allocator provided them (the usual
+// case, thanks to CaptureScope), copied otherwise.
+c10::DataPtr takeForDevice(c10::StorageImpl* cpu, c10::DeviceIndex device) {
+  if (NeuronAllocator::owns(cpu->data_ptr())) {
+    c10::DataPtr taken = cpu->set_data_ptr(c10::DataPtr(nullptr, cpu->device()));
+    taken.unsafe_set_device(c10::Device(kNeuron, device));
+    return taken;
+  }
+  c10::DataPtr fresh = neuronAllocator().allocateOn(device, cpu->nbytes());
+  if (cpu->nbytes() > 0) {
+    std::memcpy(fresh.get(), cpu->data(), cpu->nbytes());
+  }
+  return fresh;
+}
+
+c10::Storage deviceStorage(c10::DataPtr data, size_t nbytes) {
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), nbytes, std::move(data), &neuronAllocator(),
+      /*resizable=*/true));
+}
+
+// A device tensor over `storage` with the geometry and dtype of `like`.
+at::Tensor deviceTensorLike(c10::Storage storage, const at::Tensor& like) {
+  auto tensor = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), like.dtype());
+  auto* impl = tensor.unsafeGetTensorImpl();
+  impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  if (like.is_conj()) {
+    impl->_set_conj(true);
+  }
+  if (like.is_neg()) {
+    impl->_set_neg(true);
+  }
+  return tensor;
+}
+
+[[noreturn]] void throwDeviceMismatch(
+    const OpMeta& meta, const std::string& first, const std::string& second,
+    const std::string& argument) {
+  TORCH_CHECK(
+      false, "Expected all tensors to be on the same device, but found at least two devices, ",
+      first, " and ", second, "! (argument '", argument, "' of ", meta.name,
+      "; move it with .to('neuron') or .cpu())");
+}
+
+// ------------------------------------------------------------- one op call
+
+struct AliasRecord {
+  at::Tensor alias_tensor;  // keeps the alias alive after the stack drops it
+  c10::TensorImpl* alias;
+  c10::StorageImpl* alias_storage;
+  at::Tensor original;
+  bool is_mutable;
+};
+
+struct Fp64Temp {
+  at::Tensor narrow;  // the float32 stand-in the kernel wrote
+  at::Tensor wide;    // the float64 alias it stands for
+};
+
+// The state of one eager call of a native op.
+struct NativeCall {
+  const OpMeta& meta;
+  c10::DeviceIndex device = -1;
+  bool cpu_target = false;
+  std::string cpu_argument;  // first non-scalar CPU tensor argument, if any
+  c10::SmallVector<AliasRecord, 6> aliases;
+  c10::SmallVector<const c10::TensorImpl*, 4> cpu_inputs;
+  c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 2> adopted;
+  c10::SmallVector<Fp64Temp, 2> fp64_temps;
+  bool demoted_dtype_arg = false;
+  bool explicit_dtype_arg = false;
+
+  explicit NativeCall(const OpMeta& m) : meta(m) {}
+
+  at::Tensor mapInput(const at::Tensor& tensor, const c10::Argument& argument, bool is_mutable) {
+    if (!tensor.defined()) {
+      return tensor;
+    }
+    const auto device = tensor.device();
+    if (device.type() == kNeuron) {
+      if (this->device < 0) {
+        this->device = device.index();
+      } else if (this->device != device.index()) {
+        throwDeviceMismatch(
+            meta, c10::Device(kNeuron, this->device).str(), device.str(), argument.name());
+      }
+      at::Tensor alias = cpuAlias(tensor);
+      aliases.push_back(AliasRecord{
+          alias, alias.unsafeGetTensorImpl(), alias.storage().unsafeGetStorageImpl(), tensor,
+          is_mutable});
+      return alias;
+    }
+    if (device.type() != c10::DeviceType::CPU) {
+      throwDeviceMismatch(meta, "neuron", device.str(), argument.name());
+    }
+    if (tensor.dim() > 0 && cpu_argument.empty() && !(meta.flags & kAllowCpuTensors)) {
+      cpu_argument = argument.name();
+    }
+    cpu_inputs.push_back(tensor.unsafeGetTensorImpl());
+    return tensor;
+  }
+
+  void mapArgument(c10::IValue& value, ArgKind kind, const c10::Argument& argument, bool is_mutable) {
+    switch (kind) {
+      case ArgKind::Tensor:
+        if (value.isTensor()) {
+          value = mapInput(value.toTensor(), argument, is_mutable);
+        }
+        break;
+      case ArgKind::TensorList: {
+        c10::List<at::Tensor> mapped;
+        for (const at::Tensor& tensor : value.toTensorList()) {
+          mapped.push_back(mapInput(tensor, argument, is_mutable));
+        }
+        value = std::move(mapped);
+        break;
+      }
+      case ArgKind::OptionalTensorList: {
+        c10::List<std::optional<at::Tensor>> mapped;
+        for (const c10::IValue& element : value.toListRef()) {
+          mapped.push_back(
+              element.isTensor()
+                  ? std::optional<at::Tensor>(mapInput(element.toTensor(), argument, is_mutable))
+                  : std::nullopt);
+        }
+        value = std::move(mapped);
+        break;
+      }
+      case ArgKind::Other:
+        break;
+    }
+  }
+
+  // Factory ops carry the target device as an argument: the CPU kernel gets
+  // "cpu", the result goes to the neuron core named there.
+  void mapDeviceArgument(c10::IValue& value) {
+    if (!value.isDevice()) {
+      return;
+    }
+    const auto target = value.toDevice();
+    if (target.type() == kNeuron) {
+      if (device < 0) {
+        device = target.has_index() ? target.index() : currentDevice();
+      }
+      value = c10::Device(c10::DeviceType::CPU);
+    } else {
+      cpu_target = true;
+    }
+  }
+
+  // Float64 on Trainium is computed in float32: the kernel gets float32
+  // stand-ins and the results are widened back.
+  void demoteFp64(c10::IValue* arguments, size_t count) {
+    for (size_t i = 0; i < count; ++i) {
+      auto& value = arguments[i];
+      if (value.isTensor()) {
+        value = demote(value.toTensor(), meta.mutable_args[i]);
+      } else if (value.isTensorList()) {
+        auto list = value.toTensorList();
+        c10::List<at::Tensor> mapped;
+        for (const at::Tensor& tensor : list) {
+          mapped.push_back(demote(tensor, meta.mutable_args[i]));
+        }
+        value = std::move(mapped);
+      }
+    }
+    for (int index : meta.dtype_args) {
+      auto& value = arguments[index];
+      if (value.isNone()) {
+        continue;
+      }
+      explicit_dtype_arg = true;
+      const auto dtype = static_cast<c10::ScalarType>(value.toInt());
+      if (dtype == at::kDouble || dtype == at::kComplexDouble) {
+        value = static_cast<int64_t>(dtype == at::kDouble ? at::kFloat : at::kComplexFloat);
+        demoted_dtype_arg = true;
+      }
+    }
+  }
+
+  at::Tensor demote(const at::Tensor& tensor, bool is_mutable) {
+    if (!tensor.defined()) {
+      return tensor;
+    }
+    const auto dtype = tensor.scalar_type();
+    if (dtype != at::kDouble && dtype != at::kComplexDouble) {
+      return tensor;
+    }
+    at::Tensor narrow = tensor.to(dtype == at::kDouble ? at::kFloat : at::kComplexFloat);
+    if (is_mutable) {
+      fp64_temps.push_back(Fp64Temp{narrow, tensor});
+    }
+    return narrow;
+  }
+
+  at::Tensor widen(const at::Tensor& out) {
+    for (auto& temp : fp64_temps) {
+      if (temp.narrow.unsafeGetTensorImpl() == out.unsafeGetTensorImpl()) {
+        return temp.wide;
+      }
+    }
+    if (explicit_dtype_arg && !demoted_dtype_arg) {
+      return out;
+    }
+    if (out.scalar_type() == at::kFloat) {
+      return out.to(at::kDouble);
+    }
+    if (out.scalar_type() == at::kComplexFloat) {
+      return out.to(at::kComplexDouble);
+    }
+    return out;
+  }
+
+  void writeBackFp64() {
+    for (auto& temp : fp64_temps) {
+      if (!temp.wide.sizes().equals(temp.narrow.sizes())) {
+        temp.wide.resize_(temp.narrow.sizes());
+      }
+      temp.wide.copy_(temp.narrow);
+    }
+  }
+
+  // In-place and out= arguments: the kernel may have resized the CPU alias
+  // (new memory) or changed its geometry; carry that over to the device tensor.
+  void syncMutatedArguments() {
+    for (auto& record : aliases) {
+      if (!record.is_mutable) {
+        continue;
+      }
+      c10::TensorImpl* original = record.original.unsafeGetTensorImpl();
+      c10::StorageImpl* now = record.alias->storage().unsafeGetStorageImpl();
+      if (now != record.alias_storage) {
+        original->set_storage_keep_dtype(storageFor(now));
+      } else if (now->data() != original->storage().data() ||
+                 now->nbytes() != original->storage().nbytes()) {
+        c10::StorageImpl* target = original->storage().unsafeGetStorageImpl();
+        const size_t nbytes = now->nbytes();
+        target->set_data_ptr_noswap(takeForDevice(now, device));
+        target->set_nbytes(nbytes);
+      }
+      if (!original->sizes().equals(record.alias->sizes()) ||
+          !original->strides().equals(record.alias->strides()) ||
+          original->storage_offset() != record.alias->storage_offset()) {
+        original->set_sizes_and_strides(
+            record.alias->sizes(), record.alias->strides(), record.alias->storage_offset());
+      }
+    }
+  }
+
+  c10::Storage storageFor(c10::StorageImpl* cpu) {
+    for (auto& record : aliases) {
+      if (record.alias_storage == cpu) {
+        return record.original.storage();
+      }
+    }
+    for (auto& [source, storage] : adopted) {
+      if (source == cpu) {
+        return storage;
+      }
+    }
+    const size_t nbytes = cpu->nbytes();
+    c10::Storage storage = deviceStorage(takeForDevice(cpu, device), nbytes);
+    adopted.emplace_back(cpu, storage);
+    return storage;
+  }
+
+  at::Tensor mapOutput(const at::Tensor& out) {
+    if (!out.defined() || cpu_target || out.device().type() != c10::DeviceType::CPU) {
+      return out;
+    }
+    const c10::TensorImpl* impl = out.unsafeGetTensorImpl();
+    for (auto& record : aliases) {
+      if (record.alias == impl) {
+        return record.original;
+      }
+    }
+    for (const auto* input : cpu_inputs) {
+      if (input == impl) {
+        return out;
+      }
+    }
+    return deviceTensorLike(storageFor(out.storage().unsafeGetStorageImpl()), out);
+  }
+
+  at::Tensor finish(const at::Tensor& out) {
+    return mapOutput(fp64_active ? widen(out) : out);
+  }
+
+  void mapReturn(c10::IValue& value) {
+    if (value.isTensor()) {
+      value = finish(value.toTensor());
+    } else if (value.isTensorList()) {
+      auto list = value.toTensorList();
+      c10::List<at::Tensor> mapped;
+      mapped.reserve(list.size());
+      for (const at::Tensor& tensor : list) {
+        mapped.push_back(finish(tensor));
+      }
+      value = std::move(mapped);
+    }
+  }
+
+  bool fp64_active = false;
+};
+
+bool hasFp64Tensor(const c10::IValue* arguments, size_t count) {
+  auto wide = [](const at::Tensor& t) {
+    return t.defined() && (t.scalar_type() == at::kDouble || t.scalar_type() == at::kComplexDouble);
+  };
+  for (size_t i = 0; i < count; ++i) {
+    const auto& value = arguments[i];
+    if (value.isTensor() && wide(value.toTensor())) {
+      return true;
+    }
+    if (value.isTensorList()) {
+      for (const at::Tensor& tensor : value.toTensorList()) {
+        if (wide(tensor)) {
+          return true;
+        }
+      }
+    }
+  }
+  return false;
+}
+
+void warnFp64Once(const OpMeta& meta) {
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true)) {
+    TORCH_WARN(
+        "torch_neuronx: float64 arithmetic on the neuron device is computed in float32, as on "
+        "Trainium (first seen in ", meta.name, "); tensors keep dtype float64. Set "
+        "TORCH_NEURONX_FP64=native to compute in float64 while debugging.");
+  }
+}
+
+// The boxed kernel of every native op.
+void nativeKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  OpMeta& meta = metaFor(op);
+  meta.executed->fetch_add(1, std::memory_order_relaxed);
+  const auto& arguments = op.schema().arguments();
+  const size_t num_arguments = arguments.size();
+  c10::IValue* args = &*(stack->end() - static_cast<std::ptrdiff_t>(num_arguments));
+
+  NativeCall call(meta);
+  for (size_t i = 0; i < num_arguments; ++i) {
+    call.mapArgument(args[i], meta.arg_kinds[i], arguments[i], meta.mutable_args[i]);
+  }
+  for (int index : meta.device_args) {
+    call.mapDeviceArgument(args[index]);
+  }
+  if (call.device < 0) {
+    call.device = currentDevice();
+  }
+  if (!call.cpu_argument.empty() && !call.aliases.empty()) {
+    throwDeviceMismatch(
+        meta, c10::Device(kNeuron, call.device).str(), "cpu", call.cpu_argument);
+  }
+  lazyInit();
+  for (int index : meta.generator_args) {
+    auto& value = args[index];
+    value = engineFor(value.isGenerator() ? std::optional<at::Generator>(value.toGenerator()) : std::nullopt,
+                      call.device);
+  }
+  if (fp64Mode() == Fp64Mode::Emulate && !(meta.flags & kExactFp64) &&
+      hasFp64Tensor(args, num_arguments)) {
+    warnFp64Once(meta);
+    call.fp64_active = true;
+    call.demoteFp64(args, num_arguments);
+  }
+
+  {
+    c10::DeviceGuard guard(c10::Device(kNeuron, call.device));
+    CaptureScope capture(call.cpu_target ? -1 : call.device);
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+    call.writeBackFp64();
+    call.syncMutatedArguments();
+    const size_t num_returns = op.schema().returns().size();
+    for (auto it = stack->end() - static_cast<std::ptrdiff_t>(num_returns); it != stack->end(); ++it) {
+      call.mapReturn(*it);
+    }
+  }
+}
+
+// The boxed kernel of every other op: run on CPU copies.
+void fallbackKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  OpMeta& meta = metaFor(op);
+  meta.executed->fetch_add(1, std::memory_order_relaxed);
+  meta.fallback->fetch_add(1, std::memory_order_relaxed);
+  const auto mode = fallbackMode();
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      mode != FallbackMode::Error,
+      meta.name, " is not in the neuron device's native op set, so it would run on the CPU "
+      "(inputs copied to the host and results copied back), and TORCH_NEURONX_FALLBACK=error "
+      "forbids that. Set TORCH_NEURONX_FALLBACK=warn (the default) or silent to allow the CPU "
+      "fallback, or avoid the op; torch_neuronx.get_fallback_ops() lists the ops that fell back.");
+  if (mode == FallbackMode::Warn && !meta.fallback_warned.exchange(true)) {
+    TORCH_WARN(
+        "torch_neuronx: ", meta.name, " is not in the neuron device's native op set and runs on "
+        "the CPU (inputs copied to the host and back), which is slow. Shown once per op; "
+        "torch_neuronx.get_fallback_ops() lists them. Set TORCH_NEURONX_FALLBACK=silent to hide "
+        "this warning or TORCH_NEURONX_FALLBACK=error to make it an error.");
+  }
+  lazyInit();
+  at::native::cpu_fallback(op, stack, /*error_on_views=*/false);
+}
+
+} // namespace
+
+at::Tensor cpuAlias(const at::Tensor& tensor) {
+  const c10::Storage& storage = tensor.storage();
+  auto cpu_storage = c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), storage.nbytes(),
+      c10::DataPtr(const_cast<void*>(storage.data()), c10::Device(c10::DeviceType::CPU)),
+      captureCpuAllocator(), /*resizable=*/true);
+  auto alias = at::detail::make_tensor<c10::TensorImpl>(
+      c10::Storage(std::move(cpu_storage)), c10::DispatchKeySet(c10::DispatchKey::CPU),
+      tensor.dtype());
+  auto* impl = alias.unsafeGetTensorImpl();
+  impl->set_sizes_and_strides(tensor.sizes(), tensor.strides(), tensor.storage_offset());
+  if (tensor.is_conj()) {
+    impl->_set_conj(true);
+  }
+  if (tensor.is_neg()) {
+    impl->_set_neg(true);
+  }
+  return alias;
+}
+
+at::Tensor adoptOnDevice(const at::Tensor& cpu, c10::DeviceIndex device) {
+  c10::StorageImpl* storage = cpu.storage().unsafeGetStorageImpl();
+  const size_t nbytes = storage->nbytes();
+  return deviceTensorLike(deviceStorage(takeForDevice(storage, device), nbytes), cpu);
+}
+
+void registerNativeOps(const std::vector<std::pair<std::string, int>>& ops) {
+  // Leaked: destroying a torch::Library at interpreter exit aborts.
+  auto* library = new torch::Library(
+      torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  for (const auto& [name, flags] : ops) {
+    {
+      std::lock_guard<std::mutex> lock(g_flags_mutex);
+      opFlags()["aten::" + name] = flags;
+    }
+    library->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&nativeKernel>());
+  }
+}
+
+void countOp(const std::string& name) {
+  static thread_local std::unordered_map<std::string, Counter*> cache;
+  auto it = cache.find(name);
+  if (it == cache.end()) {
+    it = cache.emplace(name, executedTable().get(name)).first;
+  }
+  it->second->fetch_add(1, std::memory_order_relaxed);
+}
+
+std::map<std::string, int64_t> executedOps() {
+  return executedTable().nonzero();
+}
+
+std::map<std::string, int64_t> fallbackOps() {
+  return fallbackTable().nonzero();
+}
+
+void clearOpTracking() {
+  executedTable().clear();
+  fallbackTable().clear();
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallbackKernel>());
+}
+
+} // namespace torch_neuronx

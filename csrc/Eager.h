@@ -1,0 +1,42 @@
+// Eager execution on the emulated NeuronCore.
+//
+// Native ops (the registry in torch_neuronx/ops/) run PyTorch's CPU kernel
+// directly on the device memory: every device tensor argument is re-wrapped as
+// a CPU tensor over the same bytes (no copy), results allocated by the kernel
+// land in device memory (see CaptureScope) and are adopted as device tensors.
+// Every other op takes the fallback path: copied to real CPU tensors, run,
+// copied back, with a once-per-op warning and a record in the op tracker.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <map>
+#include <string>
+
+namespace torch_neuronx {
+
+// Per-op flags given by the Python registry.
+enum OpFlags : int {
+  kAllowCpuTensors = 1,  // the op accepts non-scalar CPU tensors (copy_, index)
+  kExactFp64 = 2,        // data movement: float64 is copied, never rounded
+};
+
+// A CPU tensor over the same memory as `tensor` (a neuron tensor).
+at::Tensor cpuAlias(const at::Tensor& tensor);
+
+// A neuron tensor owning the result `cpu` of a CPU kernel run on `device`:
+// adopted without a copy when its memory came from the device allocator.
+at::Tensor adoptOnDevice(const at::Tensor& cpu, c10::DeviceIndex device);
+
+// Registers the alias kernel for each (name.overload, flags).
+void registerNativeOps(const std::vector<std::pair<std::string, int>>& ops);
+
+// Op tracking: call counts of every op run on the device, and of the subset
+// that took the CPU fallback path.
+void countOp(const std::string& name);
+std::map<std::string, int64_t> executedOps();
+std::map<std::string, int64_t> fallbackOps();
+void clearOpTracking();
+
+} // namespace torch_neuronx

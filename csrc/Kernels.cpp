@@ -1,0 +1,211 @@
+// Kernels the device implements directly instead of through the eager alias
+// path: allocation, copies between host and device, views and storage
+// plumbing. These are the ops every other op stands on, and the hottest.
+#include "Allocator.h"
+#include "Eager.h"
+#include "Runtime.h"
+
+#include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
+#include <ATen/ops/view_native.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+namespace torch_neuronx {
+namespace {
+
+constexpr auto kNeuronKeys = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1);
+
+c10::DeviceIndex targetIndex(std::optional<c10::Device> device) {
+  if (device.has_value() && device->type() == kNeuron && device->has_index()) {
+    return device->index();
+  }
+  return currentDevice();
+}
+
+at::Tensor empty(
+    c10::IntArrayRef size, std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+    std::optional<c10::Device> device, std::optional<bool> pin_memory,
+    std::optional<c10::MemoryFormat> memory_format) {
+  countOp("aten::empty.memory_format");
+  TORCH_CHECK(
+      !layout.has_value() || *layout == c10::Layout::Strided,
+      "The neuron device supports only strided (dense) tensors, got layout ", *layout);
+  c10::DeviceGuard guard(c10::Device(kNeuron, targetIndex(device)));
+  return at::detail::empty_generic(
+      size, &neuronAllocator(), kNeuronKeys, c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor emptyStrided(
+    c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
+    std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+    std::optional<bool> pin_memory) {
+  countOp("aten::empty_strided");
+  TORCH_CHECK(
+      !layout.has_value() || *layout == c10::Layout::Strided,
+      "The neuron device supports only strided (dense) tensors, got layout ", *layout);
+  c10::DeviceGuard guard(c10::Device(kNeuron, targetIndex(device)));
+  return at::detail::empty_strided_generic(
+      size, stride, &neuronAllocator(), kNeuronKeys, c10::dtype_or_default(dtype));
+}
+
+at::Tensor hostView(const at::Tensor& tensor) {
+  return tensor.device().type() == kNeuron ? cpuAlias(tensor) : tensor;
+}
+
+// Host <-> device and device <-> device copies: both sides are host memory,
+// so a copy is PyTorch's CPU copy kernel over the two aliases.
+at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
+  countOp("aten::_copy_from");
+  lazyInit();
+  hostView(dst).copy_(hostView(self));
+  return dst;
+}
+
+at::Tensor copyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
+  countOp("aten::_copy_from_and_resize");
+  if (!dst.sizes().equals(self.sizes())) {
+    dst.resize_(self.sizes());
+  }
+  return copyFrom(self, dst, false);
+}
+
+const at::Tensor& resize(
+    const at::Tensor& self, c10::IntArrayRef size, std::optional<c10::MemoryFormat> memory_format) {
+  countOp("aten::resize_");
+  c10::DeviceGuard guard(self.device());
+  auto* impl = self.unsafeGetTensorImpl();
+  at::native::resize_impl_cpu_(impl, size, std::nullopt);
+  if (memory_format.has_value() && *memory_format != c10::MemoryFormat::Preserve) {
+    impl->empty_tensor_restride(*memory_format);
+  }
+  return self;
+}
+
+at::Scalar localScalarDense(const at::Tensor& self) {
+  countOp("aten::_local_scalar_dense");
+  return at::_local_scalar_dense(cpuAlias(self));
+}
+
+at::Tensor& setStorage(
+    at::Tensor& self, c10::Storage source, int64_t offset, c10::IntArrayRef size,
+    c10::IntArrayRef stride) {
+  countOp("aten::set_.source_Storage_storage_offset");
+  return at::native::set_storage_cpu_(self, source, offset, size, stride);
+}
+
+at::Tensor& setStorageWhole(at::Tensor& self, c10::Storage source) {
+  countOp("aten::set_.source_Storage");
+  const auto itemsize = self.dtype().itemsize();
+  const int64_t numel = static_cast<int64_t>(source.nbytes() / itemsize);
+  return at::native::set_storage_cpu_(self, std::move(source), 0, {numel}, {});
+}
+
+at::Tensor& setTensor(at::Tensor& self, const at::Tensor& source) {
+  countOp("aten::set_.source_Tensor");
+  return at::native::set_tensor_(self, source);
+}
+
+at::Tensor& setEmpty(at::Tensor& self) {
+  countOp("aten::set_");
+  c10::Storage storage(
+      c10::Storage::use_byte_size_t(), 0, &neuronAllocator(), /*resizable=*/true);
+  return at::native::set_storage_cpu_(self, storage, 0, {0}, {});
+}
+
+void recordStream(at::Tensor& self, c10::Stream stream) {
+  neuronAllocator().recordStream(self.storage().data_ptr(), stream);
+}
+
+// Convolution reaches backends through these two "overrideable" entry points.
+at::Tensor convolution(
+    const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+    c10::IntArrayRef output_padding, int64_t groups) {
+  countOp("aten::convolution_overrideable");
+  const auto device = input.device().index();
+  CaptureScope capture(device);
+  std::optional<at::Tensor> host_bias;
+  if (bias.has_value() && bias->defined()) {
+    host_bias = hostView(*bias);
+  }
+  auto out = at::convolution(
+      hostView(input), hostView(weight), host_bias, stride, padding, dilation, transposed,
+      output_padding, groups);
+  return adoptOnDevice(out, device);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolutionBackward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+    c10::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> output_mask) {
+  countOp("aten::convolution_backward_overrideable");
+  const auto device = input.device().index();
+  CaptureScope capture(device);
+  const int64_t bias_size = transposed ? weight.size(1) * groups : weight.size(0);
+  auto [grad_input, grad_weight, grad_bias] = at::convolution_backward(
+      hostView(grad_output), hostView(input), hostView(weight),
+      std::vector<int64_t>{bias_size}, stride, padding, dilation, transposed, output_padding,
+      groups, output_mask);
+  auto adopt = [device](const at::Tensor& t) {
+    return t.defined() ? adoptOnDevice(t, device) : t;
+  };
+  return {adopt(grad_input), adopt(grad_weight), adopt(grad_bias)};
+}
+
+// Dropout draws its mask from the device generator (PyTorch's CPU kernel
+// would draw from the CPU's default generator).
+std::tuple<at::Tensor, at::Tensor> nativeDropout(
+    const at::Tensor& input, double p, std::optional<bool> train) {
+  countOp("aten::native_dropout");
+  if (train.has_value() && !*train) {
+    return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
+  }
+  const double keep = 1.0 - p;
+  auto mask = at::empty_like(input, input.options().dtype(at::kBool)).bernoulli_(keep);
+  const double scale = keep == 0.0 ? 0.0 : 1.0 / keep;
+  return {input.mul(mask).mul_(scale), mask};
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("native_dropout", nativeDropout);
+  m.impl("empty.memory_format", empty);
+  m.impl("empty_strided", emptyStrided);
+  m.impl("_copy_from", copyFrom);
+  m.impl("_copy_from_and_resize", copyFromAndResize);
+  m.impl("resize_", resize);
+  m.impl("_local_scalar_dense", localScalarDense);
+  m.impl("set_.source_Storage_storage_offset", setStorage);
+  m.impl("set_.source_Storage", setStorageWhole);
+  m.impl("set_.source_Tensor", setTensor);
+  m.impl("set_", setEmpty);
+  m.impl("record_stream", recordStream);
+  m.impl("view", at::native::view);
+  m.impl("as_strided", at::native::as_strided_tensorimpl);
+  m.impl("_reshape_alias", at::native::_reshape_alias);
+  m.impl("unfold", at::native::unfold);
+  m.impl("view_as_real", at::native::view_as_real);
+  m.impl("view_as_complex", at::native::view_as_complex);
+  m.impl("convolution_overrideable", convolution);
+  m.impl("convolution_backward_overrideable", convolutionBackward);
+}
+
+// Conjugate and negative views are materialized by the copy itself.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+}
+
+} // namespace torch_neuronx

@@ -1,0 +1,69 @@
+// Python bindings: torch_neuronx._C. The only file that includes
+// torch/extension.h; everything it exposes is a thin wrapper over the core.
+#include "Allocator.h"
+#include "Eager.h"
+#include "Generator.h"
+#include "Runtime.h"
+
+#include <torch/csrc/Generator.h>
+#include <torch/extension.h>
+
+namespace torch_neuronx {
+void registerHooks();
+}
+
+namespace {
+
+namespace tn = torch_neuronx;
+
+py::list memorySnapshot() {
+  py::list blocks;
+  for (const auto& block : tn::neuronAllocator().snapshot()) {
+    py::dict entry;
+    entry["device"] = static_cast<int>(block.device);
+    entry["address"] = block.address;
+    entry["size"] = block.size;
+    entry["requested_size"] = block.requested;
+    entry["allocated"] = block.allocated;
+    entry["pool"] = block.small_pool ? "small" : "large";
+    blocks.append(entry);
+  }
+  return blocks;
+}
+
+} // namespace
+
+PYBIND11_MODULE(_C, m) {
+  tn::registerHooks();
+  m.doc() = "torch_neuronx native core: the emulated NeuronCore runtime";
+
+  m.def("_configure", &tn::configure, py::arg("num_devices"), py::arg("capacity_bytes"));
+  m.def("_device_count", [] { return static_cast<int>(tn::deviceCount()); });
+  m.def("_device_capacity", [](int index) { return tn::deviceCapacity(static_cast<c10::DeviceIndex>(index)); });
+  m.def("_current_device", [] { return static_cast<int>(tn::currentDevice()); });
+  m.def("_set_device", [](int index) { tn::setCurrentDevice(static_cast<c10::DeviceIndex>(index)); });
+  m.def("_exchange_device", [](int index) {
+    return static_cast<int>(tn::exchangeDevice(static_cast<c10::DeviceIndex>(index)));
+  });
+  m.def("_init", &tn::lazyInit);
+  m.def("_is_initialized", &tn::isInitialized);
+  m.def("_is_in_bad_fork", &tn::isInBadFork);
+
+  m.def("_set_fallback_mode", [](int mode) { tn::setFallbackMode(static_cast<tn::FallbackMode>(mode)); });
+  m.def("_get_fallback_mode", [] { return static_cast<int>(tn::fallbackMode()); });
+  m.def("_set_fp64_mode", [](int mode) { tn::setFp64Mode(static_cast<tn::Fp64Mode>(mode)); });
+  m.def("_get_fp64_mode", [] { return static_cast<int>(tn::fp64Mode()); });
+
+  m.def("_register_native_ops", &tn::registerNativeOps);
+  m.def("_executed_ops", &tn::executedOps);
+  m.def("_fallback_ops", &tn::fallbackOps);
+  m.def("_clear_op_tracking", &tn::clearOpTracking);
+
+  m.def("_memory_snapshot", &memorySnapshot);
+  m.def("_host_view", &tn::cpuAlias, "A CPU tensor over the same memory as a neuron tensor (no copy).");
+
+  m.def("_default_generator", [](int index) {
+    return py::reinterpret_steal<py::object>(
+        THPGenerator_initDefaultGenerator(tn::defaultGenerator(static_cast<c10::DeviceIndex>(index))));
+  });
+}

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Creates .venv (Python 3.11), installs the pinned CPU build of torch, then
+# builds and installs torch-neuronx (C++ core included) in editable mode.
+# Idempotent: a second run only rebuilds what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3.11}"
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade "pip>=24" "setuptools>=69" wheel ninja==1.13.2
+# torch first: the extension builds against it without build isolation.
+.venv/bin/python -m pip install -q torch==2.13.0
+.venv/bin/python -m pip install -q --no-build-isolation -e ".[test]"

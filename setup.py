@@ -1,0 +1,29 @@
+"""Builds torch_neuronx._C, the C++ core of the neuron device.
+
+Build without isolation so the extension compiles against the torch that is
+installed (an isolated build would fetch its own, multi-GB torch):
+    pip install --no-build-isolation -e .
+"""
+import glob
+import os
+
+from setuptools import setup
+
+# Building must not import the (possibly stale or half-built) backend itself.
+os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+# Compile the core's sources in parallel (one job per file).
+os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 2))
+
+setup(
+    ext_modules=[
+        CppExtension(
+            name="torch_neuronx._C",
+            sources=sorted(glob.glob("csrc/*.cpp")),
+            extra_compile_args=["-O2", "-std=c++20", "-Wno-unused-parameter"],
+        )
+    ],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+)

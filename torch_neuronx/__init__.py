@@ -1,0 +1,78 @@
+"""torch_neuronx: TorchNeuron, the native PyTorch backend for AWS Trainium.
+
+``import torch`` loads this package through the ``torch.backends`` entry point
+(set TORCH_DEVICE_BACKEND_AUTOLOAD=0 to opt out); importing it again is a
+no-op. It registers the ``neuron`` device (PrivateUse1), the ``torch.neuron``
+module, the native op set, and sizes the emulated NeuronCores from the
+instance profile (TORCH_NEURONX_INSTANCE, NEURON_RT_VISIBLE_CORES).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from torch_neuronx import _C
+
+__version__ = "0.1.0"
+
+
+def _register_device() -> None:
+    from torch_neuronx import device as device_module
+    from torch_neuronx import ops
+    from torch_neuronx.device import profiles
+
+    profile = profiles.active_profile()
+    cores = profiles.visible_cores(profile)
+    _C._configure(len(cores), [profile.hbm_per_core] * len(cores))
+    torch.utils.rename_privateuse1_backend("neuron")
+    torch._register_device_module("neuron", device_module)
+    torch.utils.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_storage=True
+    )
+    ops.apply_env_policies()
+    ops.register()
+
+
+if torch._C._get_privateuse1_backend_name() != "neuron":
+    _register_device()
+
+from torch_neuronx.device import (  # noqa: E402  (public API, torch_neuronx.* mirrors torch.neuron.*)
+    Event,
+    Stream,
+    current_device,
+    current_stream,
+    default_stream,
+    device,
+    device_count,
+    empty_cache,
+    get_device_properties,
+    is_available,
+    max_memory_allocated,
+    max_memory_reserved,
+    memory_allocated,
+    memory_reserved,
+    memory_stats,
+    memory_summary,
+    reset_peak_memory_stats,
+    set_device,
+    set_stream,
+    stream,
+    synchronize,
+)
+from torch_neuronx.ops import (  # noqa: E402
+    clear_op_tracking,
+    get_executed_ops,
+    get_fallback_ops,
+)
+
+__all__ = [
+    "Event", "Stream", "clear_op_tracking", "current_device", "current_stream", "default_stream",
+    "device", "device_count", "empty_cache", "get_device_properties", "get_executed_ops",
+    "get_fallback_ops", "is_available", "max_memory_allocated", "max_memory_reserved",
+    "memory_allocated", "memory_reserved", "memory_stats", "memory_summary",
+    "reset_peak_memory_stats", "set_device", "set_stream", "stream", "synchronize",
+]
+
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group: importing did the work."""

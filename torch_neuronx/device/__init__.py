@@ -1,0 +1,193 @@
+"""The ``torch.neuron`` module: devices, streams, events, memory and RNG.
+
+Shaped like ``torch.cuda``: short functions over the C++ core, lazy
+initialization (the runtime starts at the first device use; seeding before
+that is fine because the generators exist from the start).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from torch_neuronx import _C
+from torch_neuronx.device import profiles
+from torch_neuronx.device.memory import (
+    empty_cache,
+    max_memory_allocated,
+    max_memory_reserved,
+    mem_get_info,
+    memory_allocated,
+    memory_reserved,
+    memory_snapshot,
+    memory_stats,
+    memory_summary,
+    reset_accumulated_memory_stats,
+    reset_max_memory_allocated,
+    reset_peak_memory_stats,
+)
+from torch_neuronx.device.random import (
+    default_generators,
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
+)
+from torch_neuronx.device.streams import (
+    Event,
+    Stream,
+    StreamContext,
+    current_stream,
+    default_stream,
+    set_stream,
+    stream,
+    synchronize,
+)
+
+__all__ = [
+    "Event", "Stream", "StreamContext", "current_device", "current_stream", "default_generators",
+    "default_stream", "device", "device_count", "device_of", "empty_cache", "get_amp_supported_dtype",
+    "get_device_capability", "get_device_name", "get_device_properties", "get_rng_state",
+    "get_rng_state_all", "init", "initial_seed", "is_available", "is_bf16_supported",
+    "is_initialized", "manual_seed", "manual_seed_all", "max_memory_allocated",
+    "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_reserved",
+    "memory_snapshot", "memory_stats", "memory_summary", "reset_accumulated_memory_stats",
+    "reset_max_memory_allocated", "reset_peak_memory_stats", "seed", "seed_all", "set_device",
+    "set_rng_state", "set_rng_state_all", "set_stream", "stream", "synchronize",
+]
+
+
+def is_available() -> bool:
+    return _C._device_count() > 0
+
+
+def device_count() -> int:
+    return _C._device_count()
+
+
+def is_initialized() -> bool:
+    return _C._is_initialized()
+
+
+def init() -> None:
+    """Starts the runtime now instead of at the first device use."""
+    _C._init()
+
+
+_lazy_init = init
+
+
+def _is_in_bad_fork() -> bool:
+    return _C._is_in_bad_fork()
+
+
+def _get_device_index(device: Any = None, optional: bool = True) -> int:
+    """Resolves None / int / "neuron:1" / torch.device to a core index."""
+    if device is None:
+        return current_device()
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "neuron":
+            raise ValueError(f"Expected a neuron device, got {device}")
+        return current_device() if device.index is None else device.index
+    if isinstance(device, int):
+        return device
+    raise TypeError(f"Cannot interpret {device!r} as a neuron device")
+
+
+def current_device() -> int:
+    return _C._current_device()
+
+
+def set_device(device: Any) -> None:
+    index = _get_device_index(device)
+    if index >= 0:
+        _C._set_device(index)
+
+
+class device:
+    """Context manager that makes ``device`` the current NeuronCore."""
+
+    def __init__(self, device: Any):
+        self.index = -1 if device is None else _get_device_index(device)
+        self.previous = -1
+
+    def __enter__(self):
+        if self.index >= 0:
+            self.previous = _C._exchange_device(self.index)
+
+    def __exit__(self, *exc):
+        if self.index >= 0:
+            _C._exchange_device(self.previous)
+        return False
+
+
+class device_of(device):
+    """Context manager that makes the core holding ``tensor`` current."""
+
+    def __init__(self, tensor: torch.Tensor):
+        super().__init__(tensor.device if tensor.device.type == "neuron" else None)
+
+
+@dataclass(frozen=True)
+class NeuronDeviceProperties:
+    name: str
+    total_memory: int
+    instance: str
+    platform: str
+    core_generation: str
+    physical_core: int
+    multi_processor_count: int = 1
+    major: int = 0
+    minor: int = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"NeuronDeviceProperties(name='{self.name}', total_memory="
+            f"{self.total_memory // 1024**2}MB, instance='{self.instance}', "
+            f"core_generation='{self.core_generation}', physical_core={self.physical_core})"
+        )
+
+
+def get_device_properties(device: Any = None) -> NeuronDeviceProperties:
+    index = _get_device_index(device)
+    if not 0 <= index < device_count():
+        raise AssertionError(f"Invalid device id neuron:{index}; {device_count()} visible")
+    profile = profiles.active_profile()
+    physical = profiles.visible_cores(profile)[index]
+    generation = int(profile.core_generation.rsplit("v", 1)[1])
+    return NeuronDeviceProperties(
+        name=profile.core_generation,
+        total_memory=_C._device_capacity(index),
+        instance=profile.name,
+        platform=profile.platform,
+        core_generation=profile.core_generation,
+        physical_core=physical,
+        major=generation,
+    )
+
+
+def get_device_name(device: Any = None) -> str:
+    return get_device_properties(device).name
+
+
+def get_device_capability(device: Any = None) -> tuple[int, int]:
+    props = get_device_properties(device)
+    return props.major, props.minor
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    return [torch.bfloat16, torch.float16, torch.float32]
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return True

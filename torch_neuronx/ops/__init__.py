@@ -1,0 +1,105 @@
+"""The native op set (see registry.py), its registration with the dispatcher,
+the fallback policy and op tracking."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from torch_neuronx import _C
+from torch_neuronx.ops.registry import (
+    ACCEPTS_HOST_TENSORS,
+    DATA_MOVEMENT,
+    DIRECT_KERNELS,
+    NATIVE_OPS,
+)
+
+ALLOW_CPU_TENSORS = 1
+EXACT_FP64 = 2
+
+_FALLBACK_MODES = {"warn": 0, "silent": 1, "error": 2}
+_FP64_MODES = {"emulate": 0, "native": 1}
+
+
+def _base_name(packet: str) -> str:
+    return packet[:-1] if packet.endswith("_") and not packet.endswith("__") else packet
+
+
+def _overloads(base: str):
+    """Every overload of aten::base and aten::base_ (in-place), as 'name.overload'."""
+    for name in (base, base + "_"):
+        packet = getattr(torch.ops.aten, name, None)
+        if packet is None:
+            continue
+        for overload in packet.overloads():
+            yield name if overload == "default" else f"{name}.{overload}"
+
+
+def _has_own_cpu_kernel(qualified: str) -> bool:
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    try:
+        if has(qualified, "CompositeImplicitAutograd"):
+            return False
+    except RuntimeError:  # a Python-only alias overload (e.g. *.hacked_twin)
+        return False
+    return has(qualified, "CPU") or has(qualified, "CompositeExplicitAutograd") or has(
+        qualified, "CompositeExplicitAutogradNonFunctional"
+    )
+
+
+def native_overloads() -> list[tuple[str, int]]:
+    """(name.overload, flags) of every overload the alias kernel serves."""
+    result = []
+    for base in sorted(NATIVE_OPS - DIRECT_KERNELS):
+        flags = (ALLOW_CPU_TENSORS if base in ACCEPTS_HOST_TENSORS else 0) | (
+            EXACT_FP64 if base in DATA_MOVEMENT else 0
+        )
+        for name in _overloads(base):
+            qualified = "aten::" + name
+            if not _has_own_cpu_kernel(qualified):
+                continue
+            if torch._C._dispatch_has_kernel_for_dispatch_key(qualified, "PrivateUse1"):
+                continue  # a direct kernel in csrc/Kernels.cpp
+            result.append((name, flags))
+    return result
+
+
+def register() -> None:
+    _C._register_native_ops(native_overloads())
+
+
+def apply_env_policies() -> None:
+    """Reads TORCH_NEURONX_FALLBACK and TORCH_NEURONX_FP64."""
+    set_fallback_mode(os.environ.get("TORCH_NEURONX_FALLBACK", "warn"))
+    mode = os.environ.get("TORCH_NEURONX_FP64", "emulate").strip().lower()
+    if mode not in _FP64_MODES:
+        raise ValueError(f"TORCH_NEURONX_FP64={mode!r}: expected one of {sorted(_FP64_MODES)}")
+    _C._set_fp64_mode(_FP64_MODES[mode])
+
+
+def set_fallback_mode(mode: str) -> None:
+    """'warn' (default): CPU fallback with a warning per op; 'silent'; 'error'."""
+    key = mode.strip().lower()
+    if key not in _FALLBACK_MODES:
+        raise ValueError(f"TORCH_NEURONX_FALLBACK={mode!r}: expected one of {sorted(_FALLBACK_MODES)}")
+    _C._set_fallback_mode(_FALLBACK_MODES[key])
+
+
+def get_fallback_mode() -> str:
+    code = _C._get_fallback_mode()
+    return next(name for name, value in _FALLBACK_MODES.items() if value == code)
+
+
+def get_fallback_ops() -> dict[str, int]:
+    """Ops that ran through the CPU fallback since the last clear, with call counts."""
+    return dict(_C._fallback_ops())
+
+
+def get_executed_ops() -> dict[str, int]:
+    """Every op that ran on the neuron device since the last clear, with call counts."""
+    return dict(_C._executed_ops())
+
+
+def clear_op_tracking() -> None:
+    _C._clear_op_tracking()

@@ -1,0 +1,89 @@
+"""The native op set of the neuron device: the single list of ATen ops the
+device implements itself. Everything else runs through the CPU fallback
+(copied to the host and back, warned about, recorded).
+
+Entries are base names; each stands for every overload of the op, its
+in-place variant (``name_``) and its ``out=`` forms. The eager runtime runs a
+native op's CPU kernel directly on device memory; the compiler (when it lands)
+lowers exactly these ops. Ops listed here must have a CPU kernel of their own
+(not a CompositeImplicitAutograd decomposition): the registry test checks it.
+"""
+
+from __future__ import annotations
+
+# Pure data movement: float64 stays exact (no fp32 rounding) for these.
+DATA_MOVEMENT = """
+    alias as_strided_copy cat clone constant_pad_nd copy diagonal_copy embedding expand_copy
+    fill flip gather index index_add index_copy index_fill index_put index_select
+    _index_put_impl masked_fill masked_scatter masked_select narrow_copy nonzero permute_copy
+    reflection_pad1d reflection_pad2d reflection_pad3d repeat repeat_interleave
+    replication_pad1d replication_pad2d replication_pad3d roll scatter select_copy
+    select_scatter slice_copy slice_scatter split_copy split_with_sizes_copy squeeze_copy
+    stack t_copy take transpose_copy tril triu unbind_copy unfold_copy unsqueeze_copy
+    view_copy where zero zeros_like ones_like full_like empty_like tril_indices triu_indices
+    _unsafe_index _unsafe_index_put col2im im2col
+""".split()
+
+# Arithmetic, reductions, activations, losses, norms, linear algebra, RNG.
+COMPUTE = """
+    abs acos acosh adaptive_avg_pool1d _adaptive_avg_pool2d _adaptive_avg_pool2d_backward
+    _adaptive_avg_pool3d _adaptive_avg_pool3d_backward adaptive_max_pool2d
+    adaptive_max_pool2d_backward add addbmm addcdiv addcmul addmm addmv addr all amax amin
+    aminmax any arange argmax argmin argsort asin asinh atan atan2 atanh avg_pool2d
+    avg_pool2d_backward avg_pool3d avg_pool3d_backward baddbmm bernoulli binary_cross_entropy
+    binary_cross_entropy_backward bitwise_and bitwise_left_shift bitwise_not bitwise_or
+    bitwise_right_shift bitwise_xor bmm bucketize cauchy ceil clamp clamp_max clamp_min
+    complex conj_physical copysign cos cosh count_nonzero cross cummax cummin cumprod cumsum
+    deg2rad digamma div dot elu elu_backward embedding_dense_backward eq erf erfc erfinv exp
+    exp2 expm1 exponential eye floor floor_divide fmax fmin fmod frac gcd ge gelu gelu_backward
+    geometric glu glu_backward grid_sampler_2d grid_sampler_2d_backward gt hardshrink
+    hardshrink_backward hardsigmoid hardsigmoid_backward hardswish hardswish_backward hardtanh
+    hardtanh_backward heaviside histc huber_loss huber_loss_backward hypot i0 igamma igammac
+    isin isinf isnan isneginf isposinf kthvalue lcm le leaky_relu leaky_relu_backward lerp
+    lgamma linspace log log10 log1p log2 _log_softmax _log_softmax_backward_data logaddexp
+    logaddexp2 logcumsumexp logical_and logical_not logical_or logical_xor logit
+    logit_backward logspace logsumexp lt max max_pool2d_with_indices
+    max_pool2d_with_indices_backward max_pool3d_with_indices max_pool3d_with_indices_backward
+    maximum mean median min minimum mish mish_backward mm mse_loss mse_loss_backward
+    multilabel_margin_loss_forward multinomial mul mv mvlgamma nan_to_num nanmedian nansum
+    native_batch_norm native_batch_norm_backward _native_batch_norm_legit
+    _native_batch_norm_legit_no_training native_dropout_backward native_group_norm
+    native_group_norm_backward native_layer_norm native_layer_norm_backward ne neg nextafter
+    nll_loss_forward nll_loss_backward nll_loss2d_forward nll_loss2d_backward normal polar
+    pow prod rad2deg random randperm reciprocal relu remainder renorm round rrelu_with_noise
+    rsqrt rsub scatter_add scatter_reduce searchsorted sgn sigmoid sigmoid_backward sign
+    signbit silu silu_backward sin sinc sinh smooth_l1_loss smooth_l1_loss_backward
+    soft_margin_loss soft_margin_loss_backward _softmax _softmax_backward_data softplus
+    softplus_backward softshrink softshrink_backward sort sqrt std std_mean sub sum tan tanh
+    tanh_backward threshold threshold_backward topk trace trunc uniform
+    upsample_bilinear2d upsample_bilinear2d_backward upsample_nearest1d
+    upsample_nearest1d_backward upsample_nearest2d upsample_nearest2d_backward
+    upsample_nearest3d upsample_bicubic2d var var_mean xlogy _cdist_forward _cdist_backward
+    _pdist_forward _embedding_bag _embedding_bag_backward _embedding_bag_dense_backward
+    _fused_sdp_choice _scaled_dot_product_flash_attention_for_cpu
+    _scaled_dot_product_flash_attention_for_cpu_backward _foreach_add _foreach_addcdiv
+    _foreach_addcmul _foreach_div _foreach_lerp _foreach_mul _foreach_neg _foreach_norm
+    _foreach_sqrt _foreach_sub _foreach_zero _foreach_copy _foreach_maximum _foreach_pow
+    _foreach_sign _foreach_abs _foreach_exp _fused_adam _fused_adamw _fused_sgd
+    _amp_foreach_non_finite_check_and_unscale _amp_update_scale linalg_vector_norm
+    _linalg_svd _linalg_eigh linalg_cholesky_ex linalg_inv_ex _linalg_det _linalg_slogdet
+    linalg_lu_factor_ex linalg_lu linalg_solve_triangular _linalg_solve_ex linalg_qr
+    linalg_householder_product triangular_solve cholesky_solve ormqr _make_per_tensor_quantized_tensor
+    _weight_norm_interface _weight_norm_interface_backward nonzero_static
+    bincount unique_dim _unique2 unique_consecutive min_max
+""".split()
+
+# Ops that legitimately take non-scalar CPU tensors next to device tensors
+# (copies and advanced indexing with host index tensors), as on CUDA.
+ACCEPTS_HOST_TENSORS = frozenset({"copy", "index", "index_put", "_index_put_impl", "_unsafe_index",
+                                  "_unsafe_index_put"})
+
+# Implemented directly in csrc/Kernels.cpp (allocation, views, copies).
+DIRECT_KERNELS = frozenset({
+    "empty", "empty_strided", "_copy_from", "_copy_from_and_resize", "resize", "set",
+    "_local_scalar_dense", "record_stream", "view", "as_strided", "_reshape_alias", "unfold",
+    "view_as_real", "view_as_complex", "convolution_overrideable",
+    "convolution_backward_overrideable", "native_dropout",
+})
+
+NATIVE_OPS: frozenset[str] = frozenset(DATA_MOVEMENT) | frozenset(COMPUTE) | DIRECT_KERNELS

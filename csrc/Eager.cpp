@@ -625,13 +625,17 @@ void registerNativeOps(const std::vector<std::pair<std::string, int>>& ops) {
   }
 }
 
-void countOp(const std::string& name) {
-  static thread_local std::unordered_map<std::string, Counter*> cache;
-  auto it = cache.find(name);
-  if (it == cache.end()) {
-    it = cache.emplace(name, executedTable().get(name)).first;
-  }
-  it->second->fetch_add(1, std::memory_order_relaxed);
+std::atomic<int64_t>* executedCounter(const std::string& name) {
+  return executedTable().get(name);
+}
+
+void runNative(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  nativeKernel(op, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), stack);
+}
+
+bool needsFp64Emulation(const at::Tensor& tensor) {
+  const auto dtype = tensor.scalar_type();
+  return (dtype == at::kDouble || dtype == at::kComplexDouble) && fp64Mode() == Fp64Mode::Emulate;
 }
 
 std::map<std::string, int64_t> executedOps() {

@@ -11,6 +11,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <atomic>
 #include <map>
 #include <string>
 
@@ -32,9 +33,22 @@ at::Tensor adoptOnDevice(const at::Tensor& cpu, c10::DeviceIndex device);
 // Registers the alias kernel for each (name.overload, flags).
 void registerNativeOps(const std::vector<std::pair<std::string, int>>& ops);
 
+// Runs a native op through the generic alias path (boxed).
+void runNative(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// True when `tensor` is float64/complex128 and the fp64 rule (compute in
+// fp32) is in force: such calls need the generic path.
+bool needsFp64Emulation(const at::Tensor& tensor);
+
+// The call counter of one op in get_executed_ops(), for direct kernels.
+std::atomic<int64_t>* executedCounter(const std::string& name);
+
+inline void count(std::atomic<int64_t>* counter) {
+  counter->fetch_add(1, std::memory_order_relaxed);
+}
+
 // Op tracking: call counts of every op run on the device, and of the subset
 // that took the CPU fallback path.
-void countOp(const std::string& name);
 std::map<std::string, int64_t> executedOps();
 std::map<std::string, int64_t> fallbackOps();
 void clearOpTracking();

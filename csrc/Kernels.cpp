@@ -34,7 +34,8 @@ at::Tensor empty(
     c10::IntArrayRef size, std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
     std::optional<c10::Device> device, std::optional<bool> pin_memory,
     std::optional<c10::MemoryFormat> memory_format) {
-  countOp("aten::empty.memory_format");
+  static auto* counter = executedCounter("aten::empty.memory_format");
+  count(counter);
   TORCH_CHECK(
       !layout.has_value() || *layout == c10::Layout::Strided,
       "The neuron device supports only strided (dense) tensors, got layout ", *layout);
@@ -47,7 +48,8 @@ at::Tensor emptyStrided(
     c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
     std::optional<c10::Layout> layout, std::optional<c10::Device> device,
     std::optional<bool> pin_memory) {
-  countOp("aten::empty_strided");
+  static auto* counter = executedCounter("aten::empty_strided");
+  count(counter);
   TORCH_CHECK(
       !layout.has_value() || *layout == c10::Layout::Strided,
       "The neuron device supports only strided (dense) tensors, got layout ", *layout);
@@ -63,14 +65,16 @@ at::Tensor hostView(const at::Tensor& tensor) {
 // Host <-> device and device <-> device copies: both sides are host memory,
 // so a copy is PyTorch's CPU copy kernel over the two aliases.
 at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
-  countOp("aten::_copy_from");
+  static auto* counter = executedCounter("aten::_copy_from");
+  count(counter);
   lazyInit();
   hostView(dst).copy_(hostView(self));
   return dst;
 }
 
 at::Tensor copyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
-  countOp("aten::_copy_from_and_resize");
+  static auto* counter = executedCounter("aten::_copy_from_and_resize");
+  count(counter);
   if (!dst.sizes().equals(self.sizes())) {
     dst.resize_(self.sizes());
   }
@@ -79,7 +83,8 @@ at::Tensor copyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
 
 const at::Tensor& resize(
     const at::Tensor& self, c10::IntArrayRef size, std::optional<c10::MemoryFormat> memory_format) {
-  countOp("aten::resize_");
+  static auto* counter = executedCounter("aten::resize_");
+  count(counter);
   c10::DeviceGuard guard(self.device());
   auto* impl = self.unsafeGetTensorImpl();
   at::native::resize_impl_cpu_(impl, size, std::nullopt);
@@ -90,31 +95,36 @@ const at::Tensor& resize(
 }
 
 at::Scalar localScalarDense(const at::Tensor& self) {
-  countOp("aten::_local_scalar_dense");
+  static auto* counter = executedCounter("aten::_local_scalar_dense");
+  count(counter);
   return at::_local_scalar_dense(cpuAlias(self));
 }
 
 at::Tensor& setStorage(
     at::Tensor& self, c10::Storage source, int64_t offset, c10::IntArrayRef size,
     c10::IntArrayRef stride) {
-  countOp("aten::set_.source_Storage_storage_offset");
+  static auto* counter = executedCounter("aten::set_.source_Storage_storage_offset");
+  count(counter);
   return at::native::set_storage_cpu_(self, source, offset, size, stride);
 }
 
 at::Tensor& setStorageWhole(at::Tensor& self, c10::Storage source) {
-  countOp("aten::set_.source_Storage");
+  static auto* counter = executedCounter("aten::set_.source_Storage");
+  count(counter);
   const auto itemsize = self.dtype().itemsize();
   const int64_t numel = static_cast<int64_t>(source.nbytes() / itemsize);
   return at::native::set_storage_cpu_(self, std::move(source), 0, {numel}, {});
 }
 
 at::Tensor& setTensor(at::Tensor& self, const at::Tensor& source) {
-  countOp("aten::set_.source_Tensor");
+  static auto* counter = executedCounter("aten::set_.source_Tensor");
+  count(counter);
   return at::native::set_tensor_(self, source);
 }
 
 at::Tensor& setEmpty(at::Tensor& self) {
-  countOp("aten::set_");
+  static auto* counter = executedCounter("aten::set_");
+  count(counter);
   c10::Storage storage(
       c10::Storage::use_byte_size_t(), 0, &neuronAllocator(), /*resizable=*/true);
   return at::native::set_storage_cpu_(self, storage, 0, {0}, {});
@@ -129,7 +139,8 @@ at::Tensor convolution(
     const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
     c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
     c10::IntArrayRef output_padding, int64_t groups) {
-  countOp("aten::convolution_overrideable");
+  static auto* counter = executedCounter("aten::convolution_overrideable");
+  count(counter);
   const auto device = input.device().index();
   CaptureScope capture(device);
   std::optional<at::Tensor> host_bias;
@@ -146,7 +157,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolutionBackward(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
     c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
     c10::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> output_mask) {
-  countOp("aten::convolution_backward_overrideable");
+  static auto* counter = executedCounter("aten::convolution_backward_overrideable");
+  count(counter);
   const auto device = input.device().index();
   CaptureScope capture(device);
   const int64_t bias_size = transposed ? weight.size(1) * groups : weight.size(0);
@@ -164,7 +176,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolutionBackward(
 // would draw from the CPU's default generator).
 std::tuple<at::Tensor, at::Tensor> nativeDropout(
     const at::Tensor& input, double p, std::optional<bool> train) {
-  countOp("aten::native_dropout");
+  static auto* counter = executedCounter("aten::native_dropout");
+  count(counter);
   if (train.has_value() && !*train) {
     return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
   }

@@ -29,11 +29,11 @@ COMPUTE = """
     abs acos acosh adaptive_avg_pool1d _adaptive_avg_pool2d _adaptive_avg_pool2d_backward
     _adaptive_avg_pool3d _adaptive_avg_pool3d_backward adaptive_max_pool2d
     adaptive_max_pool2d_backward add addbmm addcdiv addcmul addmm addmv addr all amax amin
-    aminmax any arange argmax argmin argsort asin asinh atan atan2 atanh avg_pool2d
+    aminmax any arange argmax argmin asin asinh atan atan2 atanh avg_pool2d
     avg_pool2d_backward avg_pool3d avg_pool3d_backward baddbmm bernoulli binary_cross_entropy
     binary_cross_entropy_backward bitwise_and bitwise_left_shift bitwise_not bitwise_or
     bitwise_right_shift bitwise_xor bmm bucketize cauchy ceil clamp clamp_max clamp_min
-    complex conj_physical copysign cos cosh count_nonzero cross cummax cummin cumprod cumsum
+    complex conj_physical copysign cos cosh count_nonzero cummax cummin cumprod cumsum
     deg2rad digamma div dot elu elu_backward embedding_dense_backward eq erf erfc erfinv exp
     exp2 expm1 exponential eye floor floor_divide fmax fmin fmod frac gcd ge gelu gelu_backward
     geometric glu glu_backward grid_sampler_2d grid_sampler_2d_backward gt hardshrink
@@ -44,7 +44,7 @@ COMPUTE = """
     logaddexp2 logcumsumexp logical_and logical_not logical_or logical_xor logit
     logit_backward logspace logsumexp lt max max_pool2d_with_indices
     max_pool2d_with_indices_backward max_pool3d_with_indices max_pool3d_with_indices_backward
-    maximum mean median min minimum mish mish_backward mm mse_loss mse_loss_backward
+    maximum mean median min minimum mish mm mse_loss mse_loss_backward
     multilabel_margin_loss_forward multinomial mul mv mvlgamma nan_to_num nanmedian nansum
     native_batch_norm native_batch_norm_backward _native_batch_norm_legit
     _native_batch_norm_legit_no_training native_dropout_backward native_group_norm
@@ -70,7 +70,7 @@ COMPUTE = """
     linalg_lu_factor_ex linalg_lu linalg_solve_triangular _linalg_solve_ex linalg_qr
     linalg_householder_product triangular_solve cholesky_solve ormqr _make_per_tensor_quantized_tensor
     _weight_norm_interface _weight_norm_interface_backward nonzero_static
-    bincount unique_dim _unique2 unique_consecutive min_max
+    bincount unique_dim _unique2 unique_consecutive
 """.split()
 
 # Ops that legitimately take non-scalar CPU tensors next to device tensors

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3.11}"
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade "pip>=24" "setuptools>=69" wheel ninja==1.13.2
+.venv/bin/python -m pip install -q --upgrade "setuptools>=69" wheel ninja==1.13.2
 # torch first: the extension builds against it without build isolation.
 .venv/bin/python -m pip install -q torch==2.13.0
 .venv/bin/python -m pip install -q --no-build-isolation -e ".[test]"

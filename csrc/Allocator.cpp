@@ -21,14 +21,33 @@ constexpr size_t kAlignment = 64;
 constexpr size_t kSmallLimit = 1 << 20;  // blocks below 1 MiB go to the small pool
 constexpr size_t kSmallRound = 512;
 
+// Every block is preceded by a 64-byte header holding its Block*, so a DataPtr's
+// context is its data pointer (what c10::Allocator::raw_allocate and oneDNN's
+// raw allocations require) and freeing needs no lookup.
+constexpr size_t kHeader = kAlignment;
+
 struct Block {
-  void* ptr;
+  void* ptr;  // the data, kHeader bytes after the start of the host allocation
   size_t size;
   size_t requested;
   c10::DeviceIndex device;
   bool small;
   bool allocated;
 };
+
+// Data pointers of every live device block: lets a raw deallocation that went
+// through the CPU allocator tell device blocks from host memory. Touched only
+// when a segment is created or released, never on the cached fast path.
+std::mutex g_segments_mutex;
+std::unordered_set<void*>& segmentPointers() {
+  static auto* pointers = new std::unordered_set<void*>();
+  return *pointers;
+}
+
+bool isSegment(void* data) {
+  std::lock_guard<std::mutex> lock(g_segments_mutex);
+  return segmentPointers().count(data) != 0;
+}
 
 // Rounds a request up to its size class.
 size_t roundSize(size_t nbytes) {
@@ -53,30 +72,41 @@ void updateStat(c10::CachingAllocator::StatArray& stat, bool small, int64_t amou
 
 struct DeviceMemory {
   std::mutex mutex;
-  std::multimap<size_t, Block*> free_blocks;  // cached, keyed by size
+  std::multimap<size_t, Block*> free_small;  // cached small-pool blocks, by size
+  std::multimap<size_t, Block*> free_large;  // cached large-pool blocks, by size
   std::unordered_set<Block*> all_blocks;      // every segment we own
   DeviceStats stats;
   size_t reserved = 0;
 
   // Takes a cached block that fits `size` without wasting more than a
   // quarter of it (small blocks must match their size class exactly).
-  Block* takeCached(size_t size) {
-    auto it = free_blocks.lower_bound(size);
-    if (it == free_blocks.end()) {
+  Block* takeCached(size_t size, bool small) {
+    auto& pool = small ? free_small : free_large;
+    auto it = pool.lower_bound(size);
+    if (it == pool.end()) {
       return nullptr;
     }
     Block* block = it->second;
-    bool fits = block->small ? block->size == size : block->size <= size + size / 4;
+    bool fits = small ? block->size == size : block->size <= size + size / 4;
     if (!fits) {
       return nullptr;
     }
-    free_blocks.erase(it);
+    pool.erase(it);
     return block;
   }
 
   void releaseCached() {
-    for (auto& [size, block] : free_blocks) {
-      std::free(block->ptr);
+    releasePool(free_small);
+    releasePool(free_large);
+  }
+
+  void releasePool(std::multimap<size_t, Block*>& pool) {
+    for (auto& [size, block] : pool) {
+      {
+        std::lock_guard<std::mutex> lock(g_segments_mutex);
+        segmentPointers().erase(block->ptr);
+      }
+      std::free(static_cast<char*>(block->ptr) - kHeader);
       reserved -= block->size;
       updateStat(stats.reserved_bytes, block->small, -static_cast<int64_t>(block->size));
       updateStat(stats.segment, block->small, -1);
@@ -84,7 +114,7 @@ struct DeviceMemory {
       all_blocks.erase(block);
       delete block;
     }
-    free_blocks.clear();
+    pool.clear();
   }
 };
 
@@ -105,8 +135,12 @@ DeviceMemory& memoryOf(c10::DeviceIndex device) {
   return *devices()[device];
 }
 
-void freeBlock(void* context) {
-  auto* block = static_cast<Block*>(context);
+Block* blockOf(void* data) {
+  return *reinterpret_cast<Block**>(static_cast<char*>(data) - kHeader);
+}
+
+void freeBlock(void* data) {
+  auto* block = blockOf(data);
   auto& memory = *devices()[block->device];
   std::lock_guard<std::mutex> lock(memory.mutex);
   block->allocated = false;
@@ -115,7 +149,7 @@ void freeBlock(void* context) {
   updateStat(memory.stats.requested_bytes, block->small, -static_cast<int64_t>(block->requested));
   updateStat(memory.stats.allocation, block->small, -1);
   updateStat(memory.stats.active, block->small, -1);
-  memory.free_blocks.emplace(block->size, block);
+  (block->small ? memory.free_small : memory.free_large).emplace(block->size, block);
 }
 
 [[noreturn]] void throwOutOfMemory(
@@ -139,7 +173,7 @@ void freeBlock(void* context) {
 }
 
 // Allocates a new segment, flushing the cache once if the core is full.
-Block* newBlock(c10::DeviceIndex device, size_t size, DeviceMemory& memory) {
+Block* newBlock(c10::DeviceIndex device, size_t size, bool small, DeviceMemory& memory) {
   const size_t capacity = static_cast<size_t>(deviceCapacity(device));
   if (memory.reserved + size > capacity) {
     memory.stats.num_alloc_retries++;
@@ -148,15 +182,20 @@ Block* newBlock(c10::DeviceIndex device, size_t size, DeviceMemory& memory) {
       throwOutOfMemory(device, size, memory);
     }
   }
-  void* ptr = std::aligned_alloc(kAlignment, size);
-  if (ptr == nullptr) {
+  void* base = std::aligned_alloc(kAlignment, kHeader + size);
+  if (base == nullptr) {
     memory.releaseCached();
-    ptr = std::aligned_alloc(kAlignment, size);
-    if (ptr == nullptr) {
+    base = std::aligned_alloc(kAlignment, kHeader + size);
+    if (base == nullptr) {
       throwOutOfMemory(device, size, memory);
     }
   }
-  auto* block = new Block{ptr, size, 0, device, size < kSmallLimit, false};
+  auto* block = new Block{static_cast<char*>(base) + kHeader, size, 0, device, small, false};
+  *static_cast<Block**>(base) = block;
+  {
+    std::lock_guard<std::mutex> lock(g_segments_mutex);
+    segmentPointers().insert(block->ptr);
+  }
   memory.all_blocks.insert(block);
   memory.reserved += size;
   updateStat(memory.stats.reserved_bytes, block->small, static_cast<int64_t>(size));
@@ -166,6 +205,17 @@ Block* newBlock(c10::DeviceIndex device, size_t size, DeviceMemory& memory) {
 }
 
 thread_local c10::DeviceIndex t_capture_device = -1;
+c10::DeleterFnPtr g_host_raw_deleter = nullptr;
+
+// raw_deallocate() through the CPU allocator: the memory may have come from
+// either side, whatever the capture state is now.
+void freeHostOrDevice(void* data) {
+  if (data != nullptr && isSegment(data)) {
+    freeBlock(data);
+  } else if (g_host_raw_deleter != nullptr) {
+    g_host_raw_deleter(data);
+  }
+}
 
 // The CPU allocator, wrapped: inside a CaptureScope allocations go to the
 // device; everywhere else this is PyTorch's own CPU allocator untouched.
@@ -180,6 +230,10 @@ class CaptureCpuAllocator final : public c10::Allocator {
     auto ptr = neuronAllocator().allocateOn(t_capture_device, nbytes);
     ptr.unsafe_set_device(c10::Device(c10::DeviceType::CPU));
     return ptr;
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override {
+    return g_host_raw_deleter == nullptr ? nullptr : &freeHostOrDevice;
   }
 
   void copy_data(void* dst, const void* src, size_t count) const override {
@@ -221,10 +275,11 @@ c10::DataPtr NeuronAllocator::allocateOn(c10::DeviceIndex device, size_t nbytes)
   }
   auto& memory = memoryOf(device);
   const size_t size = roundSize(nbytes);
+  const bool small = nbytes < kSmallLimit;  // the pool follows the request, as in CUDA
   std::lock_guard<std::mutex> lock(memory.mutex);
-  Block* block = memory.takeCached(size);
+  Block* block = memory.takeCached(size, small);
   if (block == nullptr) {
-    block = newBlock(device, size, memory);
+    block = newBlock(device, size, small, memory);
   }
   block->allocated = true;
   block->requested = nbytes;
@@ -233,11 +288,11 @@ c10::DataPtr NeuronAllocator::allocateOn(c10::DeviceIndex device, size_t nbytes)
   updateStat(memory.stats.requested_bytes, block->small, static_cast<int64_t>(nbytes));
   updateStat(memory.stats.allocation, block->small, 1);
   updateStat(memory.stats.active, block->small, 1);
-  return c10::DataPtr(block->ptr, block, &freeBlock, where);
+  return c10::DataPtr(block->ptr, block->ptr, &freeBlock, where);
 }
 
 c10::DeleterFnPtr NeuronAllocator::raw_deleter() const {
-  return nullptr;  // the context (a Block) differs from the data pointer
+  return &freeBlock;
 }
 
 void NeuronAllocator::copy_data(void* dst, const void* src, size_t count) const {
@@ -340,7 +395,9 @@ void installCaptureAllocator() {
   static std::once_flag once;
   std::call_once(once, [] {
     // Leaked on purpose: CPU storages may outlive any static destructor.
-    auto* capture = new CaptureCpuAllocator(c10::GetAllocator(c10::DeviceType::CPU));
+    c10::Allocator* host = c10::GetAllocator(c10::DeviceType::CPU);
+    g_host_raw_deleter = host->raw_deleter();
+    auto* capture = new CaptureCpuAllocator(host);
     c10::SetAllocator(c10::DeviceType::CPU, capture, /*priority=*/1);
   });
 }

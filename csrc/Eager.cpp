@@ -260,7 +260,7 @@ struct NativeCall {
     if (device.type() == kNeuron) {
       if (this->device < 0) {
         this->device = device.index();
-      } else if (this->device != device.index()) {
+      } else if (this->device != device.index() && !(meta.flags & kCrossDevice)) {
         throwDeviceMismatch(
             meta, c10::Device(kNeuron, this->device).str(), device.str(), argument.name());
       }
@@ -273,7 +273,7 @@ struct NativeCall {
     if (device.type() != c10::DeviceType::CPU) {
       throwDeviceMismatch(meta, "neuron", device.str(), argument.name());
     }
-    if (tensor.dim() > 0 && cpu_argument.empty() && !(meta.flags & kAllowCpuTensors)) {
+    if (tensor.dim() > 0 && cpu_argument.empty() && !(meta.flags & kCrossDevice)) {
       cpu_argument = argument.name();
     }
     cpu_inputs.push_back(tensor.unsafeGetTensorImpl());

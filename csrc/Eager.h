@@ -19,7 +19,7 @@ namespace torch_neuronx {
 
 // Per-op flags given by the Python registry.
 enum OpFlags : int {
-  kAllowCpuTensors = 1,  // the op accepts non-scalar CPU tensors (copy_, index)
+  kCrossDevice = 1,      // copies and host-indexed ops: tensors may live anywhere
   kExactFp64 = 2,        // data movement: float64 is copied, never rounded
 };
 

@@ -22,6 +22,11 @@ struct Event {
 std::array<std::atomic<c10::StreamId>, kMaxDevices> g_next_stream_id{};
 thread_local std::array<c10::StreamId, kMaxDevices> t_current_stream{};
 
+// -1 (a device given without an index) means the current core.
+c10::DeviceIndex resolve(c10::DeviceIndex device) {
+  return device < 0 ? currentDevice() : device;
+}
+
 c10::Stream makeStream(c10::DeviceIndex device, c10::StreamId id) {
   return c10::Stream(c10::Stream::UNSAFE, c10::Device(kNeuron, device), id);
 }
@@ -29,16 +34,19 @@ c10::Stream makeStream(c10::DeviceIndex device, c10::StreamId id) {
 } // namespace
 
 c10::Stream currentStream(c10::DeviceIndex device) {
+  device = resolve(device);
   checkDeviceIndex(device);
   return makeStream(device, t_current_stream[device]);
 }
 
 c10::Stream defaultStream(c10::DeviceIndex device) {
+  device = resolve(device);
   checkDeviceIndex(device);
   return makeStream(device, 0);
 }
 
 c10::Stream newStream(c10::DeviceIndex device) {
+  device = resolve(device);
   checkDeviceIndex(device);
   return makeStream(device, ++g_next_stream_id[device]);
 }
@@ -71,6 +79,10 @@ void NeuronGuardImpl::uncheckedSetDevice(c10::Device device) const noexcept {
   if (device.index() >= 0 && device.index() < torch_neuronx::deviceCount()) {
     setCurrentDevice(device.index());
   }
+}
+
+c10::DeviceCapability NeuronGuardImpl::getDeviceCapability(c10::Device) const {
+  return c10::DeviceCapability();  // every dtype PyTorch has (fp64 via the fp32 rule)
 }
 
 c10::DeviceIndex NeuronGuardImpl::deviceCount() const noexcept {

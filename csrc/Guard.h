@@ -8,6 +8,7 @@
 // two points of the program, which is what the work took.
 #pragma once
 
+#include <c10/core/DeviceCapability.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 namespace torch_neuronx {
@@ -24,6 +25,7 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void setDevice(c10::Device device) const override;
   void uncheckedSetDevice(c10::Device device) const noexcept override;
   c10::DeviceIndex deviceCount() const noexcept override;
+  c10::DeviceCapability getDeviceCapability(c10::Device device) const override;
 
   c10::Stream getStream(c10::Device device) const override;
   c10::Stream getDefaultStream(c10::Device device) const override;

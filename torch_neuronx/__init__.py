@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 def _register_device() -> None:
     from torch_neuronx import device as device_module
     from torch_neuronx import ops
-    from torch_neuronx.device import profiles
+    from torch_neuronx.device import printing, profiles
 
     profile = profiles.active_profile()
     cores = profiles.visible_cores(profile)
@@ -31,6 +31,7 @@ def _register_device() -> None:
     )
     ops.apply_env_policies()
     ops.register()
+    printing.install()
 
 
 if torch._C._get_privateuse1_backend_name() != "neuron":

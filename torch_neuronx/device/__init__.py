@@ -65,6 +65,14 @@ __all__ = [
 ]
 
 
+# The instance profile and visible cores this process was configured with. Read
+# once, when torch_neuronx registers the device (it imports this module right
+# before sizing the runtime from the same environment): like the C++ core, the
+# properties do not follow later changes to os.environ.
+_PROFILE = profiles.active_profile()
+_VISIBLE_CORES = tuple(profiles.visible_cores(_PROFILE))
+
+
 def is_available() -> bool:
     return _C._device_count() > 0
 
@@ -74,7 +82,8 @@ def device_count() -> int:
 
 
 def is_initialized() -> bool:
-    return _C._is_initialized()
+    """True once the runtime started in this process (False in a forked child, as for CUDA)."""
+    return _C._is_initialized() and not _C._is_in_bad_fork()
 
 
 def init() -> None:
@@ -162,8 +171,8 @@ def get_device_properties(device: Any = None) -> NeuronDeviceProperties:
     index = _get_device_index(device)
     if not 0 <= index < device_count():
         raise AssertionError(f"Invalid device id neuron:{index}; {device_count()} visible")
-    profile = profiles.active_profile()
-    physical = profiles.visible_cores(profile)[index]
+    profile = _PROFILE
+    physical = _VISIBLE_CORES[index]
     generation = int(profile.core_generation.rsplit("v", 1)[1])
     return NeuronDeviceProperties(
         name=profile.core_generation,

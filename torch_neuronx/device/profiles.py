@@ -51,7 +51,7 @@ PROFILES: dict[str, InstanceProfile] = {
 
 
 def active_profile() -> InstanceProfile:
-    name = os.environ.get("TORCH_NEURONX_INSTANCE", DEFAULT_INSTANCE).strip()
+    name = os.environ.get("TORCH_NEURONX_INSTANCE", "").strip() or DEFAULT_INSTANCE
     try:
         return PROFILES[name]
     except KeyError:
@@ -71,13 +71,15 @@ def parse_visible_cores(spec: str | None, total: int) -> list[int]:
         try:
             if "-" in part:
                 first, last = (int(x) for x in part.split("-", 1))
+                if last < first:
+                    raise ValueError
                 cores.extend(range(first, last + 1))
             else:
                 cores.append(int(part))
         except ValueError:
             raise ValueError(
                 f"NEURON_RT_VISIBLE_CORES={spec!r} is not valid: use core ids and ranges "
-                "such as '0', '0-1' or '0,2-3'."
+                "such as '0', '0-1' or '0,2-3' (ranges ascending, both ends included)."
             ) from None
     for core in cores:
         if not 0 <= core < total:

@@ -46,17 +46,29 @@ def _wrap(stream: torch.Stream) -> Stream:
     )
 
 
-class Event(torch.Event):
-    """A neuron event; ``elapsed_time`` needs ``enable_timing=True`` on both."""
+class _EventMeta(type):
+    """``isinstance(e, torch.neuron.Event)`` is true for any neuron ``torch.Event``."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return type(obj) is torch.Event and obj.device.type == "neuron"
+
+
+class Event(torch.Event, metaclass=_EventMeta):
+    """A neuron event; ``elapsed_time`` needs ``enable_timing=True`` on both.
+
+    Constructing one returns a plain ``torch.Event`` on the neuron device, not an
+    instance of a subclass: PyTorch's ``Event.elapsed_time`` and
+    ``Stream.record_event`` accept only objects whose type is exactly
+    ``torch.Event``, so a subclass instance could not be timed or recorded by
+    generic code. ``record()`` / ``wait()`` without a stream use the current
+    stream of the current core.
+    """
 
     def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
-        return super().__new__(
-            cls, device="neuron", enable_timing=enable_timing, blocking=blocking,
+        return torch.Event(
+            device="neuron", enable_timing=enable_timing, blocking=blocking,
             interprocess=interprocess,
         )
-
-    def record(self, stream: "torch.Stream | None" = None) -> None:
-        super().record(current_stream() if stream is None else stream)
 
 
 def current_stream(device: Any = None) -> Stream:
@@ -74,21 +86,33 @@ def set_stream(stream: torch.Stream) -> None:
 
 
 class StreamContext:
-    """Makes ``stream`` current on its core for the duration of a with-block."""
+    """Makes ``stream`` current for the duration of a with-block.
+
+    As with ``torch.cuda.StreamContext``, the stream's core becomes the current
+    device inside the block; on exit the previous current stream of that core,
+    the previous current device and its current stream are restored.
+    """
 
     def __init__(self, stream: "torch.Stream | None"):
         self.stream = stream
-        self.previous: torch.Stream | None = None
+        self.src_prev_stream: torch.Stream | None = None
+        self.dst_prev_stream: torch.Stream | None = None
 
     def __enter__(self):
-        if self.stream is not None:
-            self.previous = torch.accelerator.current_stream(self.stream.device)
-            torch.accelerator.set_stream(self.stream)
+        if self.stream is None:
+            return None
+        self.src_prev_stream = torch.accelerator.current_stream()
+        self.dst_prev_stream = torch.accelerator.current_stream(self.stream.device)
+        torch.accelerator.set_stream(self.stream)
         return self.stream
 
     def __exit__(self, *exc):
-        if self.previous is not None:
-            torch.accelerator.set_stream(self.previous)
+        if self.stream is None:
+            return False
+        # set_stream also makes the stream's core current, so the source
+        # device's stream goes last to restore the previous current device.
+        torch.accelerator.set_stream(self.dst_prev_stream)
+        torch.accelerator.set_stream(self.src_prev_stream)
         return False
 
 

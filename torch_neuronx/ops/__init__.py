@@ -15,8 +15,8 @@ from torch_neuronx.ops.registry import (
     NATIVE_OPS,
 )
 
-ALLOW_CPU_TENSORS = 1
-EXACT_FP64 = 2
+CROSS_DEVICE = 1  # csrc/Eager.h kCrossDevice
+EXACT_FP64 = 2  # csrc/Eager.h kExactFp64
 
 _FALLBACK_MODES = {"warn": 0, "silent": 1, "error": 2}
 _FP64_MODES = {"emulate": 0, "native": 1}
@@ -48,16 +48,30 @@ def _has_own_cpu_kernel(qualified: str) -> bool:
     )
 
 
+def _draws_from_default_generator(name: str) -> bool:
+    """A random op overload without a Generator argument (randperm(n), rand(...)):
+    its composite calls the generator overload with None, which the device then
+    serves from its own default generator. Serving it directly would run the CPU
+    composite against the CPU's default generator instead."""
+    base, _, overload = name.partition(".")
+    op = getattr(getattr(torch.ops.aten, base), overload or "default")
+    if torch.Tag.nondeterministic_seeded not in op.tags:
+        return False
+    if torch._C._dispatch_has_kernel_for_dispatch_key("aten::" + name, "CPU"):
+        return False  # a CPU kernel of its own, not a forwarding composite
+    return not any("Generator" in str(arg.type) for arg in op._schema.arguments)
+
+
 def native_overloads() -> list[tuple[str, int]]:
     """(name.overload, flags) of every overload the alias kernel serves."""
     result = []
     for base in sorted(NATIVE_OPS - DIRECT_KERNELS):
-        flags = (ALLOW_CPU_TENSORS if base in ACCEPTS_HOST_TENSORS else 0) | (
+        flags = (CROSS_DEVICE if base in ACCEPTS_HOST_TENSORS else 0) | (
             EXACT_FP64 if base in DATA_MOVEMENT else 0
         )
         for name in _overloads(base):
             qualified = "aten::" + name
-            if not _has_own_cpu_kernel(qualified):
+            if not _has_own_cpu_kernel(qualified) or _draws_from_default_generator(name):
                 continue
             if torch._C._dispatch_has_kernel_for_dispatch_key(qualified, "PrivateUse1"):
                 continue  # a direct kernel in csrc/Kernels.cpp

@@ -1,0 +1,25 @@
+"""Printing a neuron tensor formats a host copy of it.
+
+PyTorch's formatter measures the values to print in float64; on the device
+that would trip the fp64-in-fp32 rule (and its warning) for a plain
+print(tensor). Real accelerators pay a device-to-host copy to print anyway,
+so the formatter is handed that copy, as PyTorch already does for XLA.
+"""
+
+from __future__ import annotations
+
+import torch._tensor_str as tensor_str
+
+
+def install() -> None:
+    formatter_init = tensor_str._Formatter.__init__
+    if getattr(formatter_init, "_neuron_host_copy", False):
+        return
+
+    def __init__(self, tensor):
+        if tensor.device.type == "neuron":
+            tensor = tensor.cpu()
+        formatter_init(self, tensor)
+
+    __init__._neuron_host_copy = True
+    tensor_str._Formatter.__init__ = __init__

@@ -481,27 +481,19 @@ struct NativeCall {
   }
 
   bool fp64_active = false;
-};
 
-bool hasFp64Tensor(const c10::IValue* arguments, size_t count) {
-  auto wide = [](const at::Tensor& t) {
-    return t.defined() && (t.scalar_type() == at::kDouble || t.scalar_type() == at::kComplexDouble);
-  };
-  for (size_t i = 0; i < count; ++i) {
-    const auto& value = arguments[i];
-    if (value.isTensor() && wide(value.toTensor())) {
-      return true;
-    }
-    if (value.isTensorList()) {
-      for (const at::Tensor& tensor : value.toTensorList()) {
-        if (wide(tensor)) {
-          return true;
-        }
+  // The fp32 rule applies when a device tensor is float64/complex128 (CPU
+  // scalars such as Python numbers wrapped as float64 do not count: they do
+  // not decide the result dtype).
+  bool hasDeviceFp64() const {
+    for (const auto& record : aliases) {
+      if (needsFp64Emulation(record.original)) {
+        return true;
       }
     }
+    return false;
   }
-  return false;
-}
+};
 
 void warnFp64Once(const OpMeta& meta) {
   static std::atomic<bool> warned{false};
@@ -541,8 +533,7 @@ void nativeKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
     value = engineFor(value.isGenerator() ? std::optional<at::Generator>(value.toGenerator()) : std::nullopt,
                       call.device);
   }
-  if (fp64Mode() == Fp64Mode::Emulate && !(meta.flags & kExactFp64) &&
-      hasFp64Tensor(args, num_arguments)) {
+  if (!(meta.flags & kExactFp64) && call.hasDeviceFp64()) {
     warnFp64Once(meta);
     call.fp64_active = true;
     call.demoteFp64(args, num_arguments);
@@ -610,6 +601,18 @@ at::Tensor adoptOnDevice(const at::Tensor& cpu, c10::DeviceIndex device) {
   c10::StorageImpl* storage = cpu.storage().unsafeGetStorageImpl();
   const size_t nbytes = storage->nbytes();
   return deviceTensorLike(deviceStorage(takeForDevice(storage, device), nbytes), cpu);
+}
+
+at::Tensor adoptHost(const at::Tensor& cpu, c10::DeviceIndex device) {
+  TORCH_CHECK(cpu.device().is_cpu(), "adoptHost expects a CPU tensor, got ", cpu.device());
+  c10::StorageImpl* storage = cpu.storage().unsafeGetStorageImpl();
+  if (NeuronAllocator::owns(storage->data_ptr()) || !cpu.storage().unique()) {
+    return adoptOnDevice(cpu, device);
+  }
+  const size_t nbytes = storage->nbytes();
+  c10::DataPtr taken = storage->set_data_ptr(c10::DataPtr(nullptr, storage->device()));
+  taken.unsafe_set_device(c10::Device(kNeuron, device));
+  return deviceTensorLike(deviceStorage(std::move(taken), nbytes), cpu);
 }
 
 void registerNativeOps(const std::vector<std::pair<std::string, int>>& ops) {

@@ -30,6 +30,12 @@ at::Tensor cpuAlias(const at::Tensor& tensor);
 // adopted without a copy when its memory came from the device allocator.
 at::Tensor adoptOnDevice(const at::Tensor& cpu, c10::DeviceIndex device);
 
+// A neuron tensor taking over the memory of a CPU tensor produced outside
+// PyTorch's kernels (an XLA result received by DLPack): no copy when the CPU
+// tensor is the only owner of its storage. Such memory is owned by its
+// producer, so it is not counted in the allocator's statistics.
+at::Tensor adoptHost(const at::Tensor& cpu, c10::DeviceIndex device);
+
 // Registers the alias kernel for each (name.overload, flags).
 void registerNativeOps(const std::vector<std::pair<std::string, int>>& ops);
 

@@ -18,13 +18,20 @@
 namespace torch_neuronx {
 namespace {
 
-// The core both tensors live on, or -1 when the call needs the generic path.
-c10::DeviceIndex sameCore(const at::Tensor& a, const at::Tensor& b) {
-  if (a.device().type() != kNeuron || b.device() != a.device() || needsFp64Emulation(a) ||
-      needsFp64Emulation(b)) {
+// The core `self` lives on, or -1 when the call needs the generic path.
+// `other` may be on the same core or a CPU scalar (a wrapped Python number).
+c10::DeviceIndex sameCore(const at::Tensor& self, const at::Tensor& other) {
+  if (self.device().type() != kNeuron || needsFp64Emulation(self)) {
     return -1;
   }
-  return a.device().index();
+  if (other.device() == self.device()) {
+    return needsFp64Emulation(other) ? -1 : self.device().index();
+  }
+  return other.device().is_cpu() && other.dim() == 0 ? self.device().index() : -1;
+}
+
+at::Tensor hostView(const at::Tensor& tensor) {
+  return tensor.device().is_cpu() ? tensor : cpuAlias(tensor);
 }
 
 const c10::OperatorHandle& handle(const char* name, const char* overload) {
@@ -54,7 +61,7 @@ at::Tensor generic(const c10::OperatorHandle& op, Args&&... args) {
     }                                                                                        \
     count(counter);                                                                          \
     CaptureScope capture(core);                                                              \
-    return adoptOnDevice(at::cpu::NAME(cpuAlias(self), cpuAlias(other), alpha), core);       \
+    return adoptOnDevice(at::cpu::NAME(cpuAlias(self), hostView(other), alpha), core);       \
   }                                                                                          \
   at::Tensor& NAME##Inplace(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) { \
     static const auto& op = handle("aten::" #NAME "_", "Tensor");                            \
@@ -65,7 +72,7 @@ at::Tensor generic(const c10::OperatorHandle& op, Args&&... args) {
     }                                                                                        \
     count(counter);                                                                          \
     at::Tensor alias = cpuAlias(self);                                                       \
-    at::cpu::NAME##_(alias, cpuAlias(other), alpha);                                         \
+    at::cpu::NAME##_(alias, hostView(other), alpha);                                         \
     return self;                                                                             \
   }
 
@@ -79,7 +86,7 @@ at::Tensor generic(const c10::OperatorHandle& op, Args&&... args) {
     }                                                                                        \
     count(counter);                                                                          \
     CaptureScope capture(core);                                                              \
-    return adoptOnDevice(at::cpu::NAME(cpuAlias(self), cpuAlias(other)), core);              \
+    return adoptOnDevice(at::cpu::NAME(cpuAlias(self), hostView(other)), core);              \
   }                                                                                          \
   at::Tensor& NAME##Inplace(at::Tensor& self, const at::Tensor& other) {                     \
     static const auto& op = handle("aten::" #NAME "_", "Tensor");                            \
@@ -90,7 +97,7 @@ at::Tensor generic(const c10::OperatorHandle& op, Args&&... args) {
     }                                                                                        \
     count(counter);                                                                          \
     at::Tensor alias = cpuAlias(self);                                                       \
-    at::cpu::NAME##_(alias, cpuAlias(other));                                                \
+    at::cpu::NAME##_(alias, hostView(other));                                                \
     return self;                                                                             \
   }
 

@@ -62,6 +62,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("_memory_snapshot", &memorySnapshot);
   m.def("_host_view", &tn::cpuAlias, "A CPU tensor over the same memory as a neuron tensor (no copy).");
 
+  m.def("_adopt_host", [](const at::Tensor& cpu, int device) {
+    return tn::adoptHost(cpu, static_cast<c10::DeviceIndex>(device));
+  });
+
   m.def("_default_generator", [](int index) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(tn::defaultGenerator(static_cast<c10::DeviceIndex>(index))));

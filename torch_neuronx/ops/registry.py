@@ -20,7 +20,7 @@ DATA_MOVEMENT = """
     replication_pad1d replication_pad2d replication_pad3d roll scatter select_copy
     select_scatter slice_copy slice_scatter split_copy split_with_sizes_copy squeeze_copy
     stack t_copy take transpose_copy tril triu unbind_copy unfold_copy unsqueeze_copy
-    view_copy where zero zeros_like ones_like full_like empty_like tril_indices triu_indices
+    view_copy where zero zeros_like ones_like full_like tril_indices triu_indices
     _unsafe_index _unsafe_index_put col2im im2col
 """.split()
 
@@ -70,7 +70,10 @@ COMPUTE = """
     linalg_lu_factor_ex linalg_lu linalg_solve_triangular _linalg_solve_ex linalg_qr
     linalg_householder_product triangular_solve cholesky_solve ormqr _make_per_tensor_quantized_tensor
     _weight_norm_interface _weight_norm_interface_backward nonzero_static
-    bincount unique_dim _unique2 unique_consecutive
+    bincount unique_dim _unique2 unique_consecutive log_sigmoid_forward log_sigmoid_backward
+    equal unfold_backward mode _prelu_kernel _prelu_kernel_backward angle norm _pdist_backward
+    linalg_lu_solve linalg_lstsq linalg_matrix_exp _fft_r2c _fft_c2c _fft_c2r _ctc_loss
+    _ctc_loss_backward poisson
 """.split()
 
 # Ops that legitimately take non-scalar CPU tensors next to device tensors

@@ -1,0 +1,117 @@
+"""torch.compile(backend="neuron"): whole graphs lowered to StableHLO and run by
+XLA, compared against eager execution on the same device."""
+
+import copy
+import warnings
+
+import pytest
+import torch
+
+import torch_neuronx  # noqa: F401
+from torch_neuronx.compiler import NeuronCompileError, get_dynamo_metrics, reset_dynamo_metrics
+
+DEVICE = "neuron"
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    reset_dynamo_metrics()
+    yield
+    torch._dynamo.reset()
+
+
+def mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 32), torch.nn.ReLU(),
+        torch.nn.Linear(32, 4),
+    )
+
+
+def test_backend_is_found_by_name():
+    assert "neuron" in torch._dynamo.list_backends(exclude_tags=())
+
+
+def test_mlp_forward_backward_matches_eager():
+    eager = mlp().to(DEVICE)
+    compiled_model = copy.deepcopy(eager)
+    compiled = torch.compile(compiled_model, backend="neuron", fullgraph=True)
+    x = torch.randn(8, 16, device=DEVICE)
+    eager(x).square().mean().backward()
+    out = compiled(x)
+    assert out.device.type == "neuron"
+    out.square().mean().backward()
+    torch.testing.assert_close(out, eager(x), rtol=1e-4, atol=1e-4)
+    for p_eager, p_compiled in zip(eager.parameters(), compiled_model.parameters()):
+        torch.testing.assert_close(p_compiled.grad, p_eager.grad, rtol=1e-4, atol=1e-4)
+    metrics = get_dynamo_metrics()
+    assert metrics["forward_graphs"] == 1 and metrics["backward_graphs"] == 1
+    assert metrics["compiles"] >= 2
+
+
+def test_training_steps_match_eager():
+    eager = mlp().to(DEVICE)
+    compiled_model = copy.deepcopy(eager)
+    compiled = torch.compile(compiled_model, backend="neuron")
+    opt_e = torch.optim.AdamW(eager.parameters(), lr=1e-2)
+    opt_c = torch.optim.AdamW(compiled_model.parameters(), lr=1e-2)
+    x = torch.randn(8, 16, device=DEVICE)
+    y = torch.randn(8, 4, device=DEVICE)
+    for _ in range(3):
+        for model, opt in ((eager, opt_e), (compiled, opt_c)):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+    for p_eager, p_compiled in zip(eager.parameters(), compiled_model.parameters()):
+        torch.testing.assert_close(p_compiled, p_eager, rtol=1e-4, atol=1e-4)
+
+
+def test_recompiles_per_new_shape_and_caches_seen_shapes():
+    model = torch.compile(mlp().to(DEVICE).eval(), backend="neuron")
+    with torch.no_grad():
+        model(torch.randn(4, 16, device=DEVICE))
+        first = get_dynamo_metrics()["compiles"]
+        model(torch.randn(4, 16, device=DEVICE))
+        assert get_dynamo_metrics()["compiles"] == first
+        model(torch.randn(6, 16, device=DEVICE))
+        assert get_dynamo_metrics()["compiles"] == first + 1
+
+
+def test_dynamic_true_is_rejected_with_a_clear_error():
+    model = torch.compile(mlp().to(DEVICE), backend="neuron", dynamic=True)
+    with pytest.raises(Exception, match="dynamic"):
+        model(torch.randn(4, 16, device=DEVICE))
+
+
+def test_mode_other_than_default_warns_and_is_ignored():
+    model = torch.compile(mlp().to(DEVICE), backend="neuron", mode="max-autotune")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = model(torch.randn(4, 16, device=DEVICE))
+    assert out.shape == (4, 4)
+    assert any("max-autotune" in str(w.message) for w in caught)
+
+
+def test_unlowered_op_raises_naming_the_op_and_source_line():
+    def f(x):
+        return torch.special.bessel_j0(x) + 1
+
+    compiled = torch.compile(f, backend="neuron")
+    with pytest.raises(Exception) as info:
+        compiled(torch.randn(4, device=DEVICE))
+    message = str(info.value)
+    assert "bessel_j0" in message and "test_compile.py" in message
+
+
+def test_outputs_are_neuron_tensors_and_inputs_unchanged():
+    def f(x, y):
+        return (x @ y).softmax(-1), x.sum()
+
+    x = torch.randn(4, 8, device=DEVICE)
+    y = torch.randn(8, 3, device=DEVICE)
+    x_before = x.cpu().clone()
+    a, b = torch.compile(f, backend="neuron")(x, y)
+    assert a.device.type == "neuron" and b.device.type == "neuron"
+    torch.testing.assert_close(a.cpu(), (x_before @ y.cpu()).softmax(-1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(x.cpu(), x_before)

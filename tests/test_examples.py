@@ -1,0 +1,43 @@
+"""The demo in examples/ runs end to end in a fresh process."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo.py"
+
+
+def test_demo_trains_and_reports():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCH_NEURONX_")}
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, str(DEMO)], capture_output=True, text=True, env=env, timeout=120)
+    elapsed = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+
+    losses = [(int(step), float(loss)) for step, loss in
+              re.findall(r"^step\s+(\d+)\s+loss\s+([0-9.]+)$", out, flags=re.MULTILINE)]
+    assert len(losses) >= 5, out
+    steps = [step for step, _ in losses]
+    assert steps == sorted(steps) and steps[0] == 0
+    first, last = losses[0][1], losses[-1][1]
+    assert last < 0.8 * first, f"loss did not decrease enough: {first} -> {last}\n{out}"
+    assert "loss decreased" in out
+
+    # The reports: fallback ops, top executed ops, memory line, compile status.
+    assert re.search(r"^fallback ops \(ran on CPU copies\): (none|\d+)$", out, flags=re.MULTILINE), out
+    executed = re.search(r"^executed ops: (\d+) distinct, (\d+) calls", out, flags=re.MULTILINE)
+    assert executed and int(executed.group(1)) > 0
+    assert re.search(r"^  aten::mm: \d+$", out, flags=re.MULTILINE), out
+    memory = re.search(r"^memory: allocated ([0-9.]+) MiB / peak ([0-9.]+) MiB / reserved ([0-9.]+) MiB$",
+                       out, flags=re.MULTILINE)
+    assert memory, out
+    allocated, peak, reserved = map(float, memory.groups())
+    assert 0 < peak <= reserved and allocated <= peak
+    assert re.search(r"^compile backend 'neuron': (available|not available yet)", out, flags=re.MULTILINE), out
+    assert elapsed < 60, f"demo took {elapsed:.1f} s"

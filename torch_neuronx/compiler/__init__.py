@@ -1,0 +1,98 @@
+"""torch.compile(backend="neuron"): Dynamo -> AOTAutograd (forward and backward
+graphs) -> decomposition to Core ATen -> StableHLO via the lowering table ->
+XLA executable -> run with DLPack inputs/outputs. No Inductor.
+
+The backend is found by name through the ``torch_dynamo_backends`` entry point,
+so importing torch does not import JAX or Dynamo.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+
+import torch
+
+from torch_neuronx.compiler import metrics
+from torch_neuronx.compiler.errors import NeuronCompileError
+
+__all__ = ["NeuronCompileError", "get_dynamo_metrics", "neuron_backend", "reset_dynamo_metrics"]
+
+_warned_modes: set[str] = set()
+
+
+def _fallback_execution_disabled() -> bool:
+    return os.environ.get("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "1").strip() not in ("0", "false", "False")
+
+
+def _check_inputs(example_inputs) -> None:
+    for value in example_inputs:
+        if isinstance(value, torch.SymInt) or (
+            isinstance(value, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in value.shape)
+        ):
+            raise NeuronCompileError(
+                "torch.compile(backend='neuron') does not support dynamic shapes (dynamic=True or "
+                "mark_dynamic): Neuron compiles one executable per input shape. Remove dynamic=True; "
+                "each new shape is compiled once and cached."
+            )
+
+
+def _compiler(kind: str):
+    def compile_fn(gm: torch.fx.GraphModule, example_inputs):
+        from torch_neuronx.compiler.graph import compile_graph, unlowered_ops
+
+        metrics.record_graph(kind)
+        missing = unlowered_ops(gm)
+        if missing:
+            listing = "\n".join(f"  {m.op}  at {m.source}" for m in missing)
+            if _fallback_execution_disabled():
+                raise NeuronCompileError(
+                    f"torch.compile(backend='neuron'): {len(missing)} op(s) in the {kind} graph have no "
+                    f"StableHLO lowering:\n{listing}\nRewrite the code to avoid them, or set "
+                    "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0 to run such graphs eagerly."
+                )
+            warnings.warn(
+                f"torch_neuronx: running a {kind} graph eagerly (TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0) "
+                f"because these ops have no lowering:\n{listing}"
+            )
+            from torch._functorch.aot_autograd import make_boxed_func
+
+            return make_boxed_func(gm.forward)
+        return compile_graph(gm, example_inputs, kind)
+
+    return compile_fn
+
+
+def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None, **kwargs):
+    """The Dynamo backend registered as "neuron"."""
+    if mode not in (None, "default") and mode not in _warned_modes:
+        _warned_modes.add(mode)
+        warnings.warn(
+            f"torch.compile(mode={mode!r}) is ignored on neuron: only mode='default' exists."
+        )
+    # Neuron compiles one executable per shape: a new shape must recompile with
+    # static sizes, not turn the graph dynamic (Dynamo's automatic dynamic
+    # shapes). This is process-wide, like TorchNeuron's own setting.
+    torch._dynamo.config.automatic_dynamic_shapes = False
+    _check_inputs(example_inputs)
+    from torch._decomp import core_aten_decompositions
+    from torch._dynamo.backends.common import aot_autograd
+
+    backend = aot_autograd(
+        fw_compiler=_compiler("forward"),
+        bw_compiler=_compiler("backward"),
+        inference_compiler=_compiler("inference"),
+        decompositions=core_aten_decompositions(),
+        keep_inference_input_mutations=True,
+    )
+    return backend(gm, example_inputs)
+
+
+def get_dynamo_metrics() -> dict:
+    """Compiles, cache hits (memory/disk), compile seconds, graph breaks, recompiles."""
+    return metrics.snapshot()
+
+
+def reset_dynamo_metrics() -> None:
+    metrics.reset()

@@ -1,0 +1,60 @@
+"""Counters behind torch_neuronx.get_dynamo_metrics()."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+_lock = threading.Lock()
+_counts: Counter = Counter()
+_compile_seconds = [0.0]
+_recompile_reasons: list[str] = []
+
+
+def record_compile(seconds: float) -> None:
+    with _lock:
+        _counts["compiles"] += 1
+        _compile_seconds[0] += seconds
+
+
+def record_cache_hit(where: str) -> None:
+    with _lock:
+        _counts[f"cache_hits_{where}"] += 1
+
+
+def record_graph(kind: str) -> None:
+    with _lock:
+        _counts[f"{kind}_graphs"] += 1
+
+
+def record_recompile(reason: str) -> None:
+    with _lock:
+        _recompile_reasons.append(reason)
+
+
+def snapshot() -> dict:
+    from torch._dynamo.utils import counters
+
+    with _lock:
+        return {
+            "compiles": _counts["compiles"],
+            "compile_seconds": round(_compile_seconds[0], 6),
+            "cache_hits_memory": _counts["cache_hits_memory"],
+            "cache_hits_disk": _counts["cache_hits_disk"],
+            "forward_graphs": _counts["forward_graphs"],
+            "backward_graphs": _counts["backward_graphs"],
+            "inference_graphs": _counts["inference_graphs"],
+            "graph_breaks": sum(counters["graph_break"].values()),
+            "recompiles": len(_recompile_reasons),
+            "recompile_reasons": list(_recompile_reasons),
+        }
+
+
+def reset() -> None:
+    from torch._dynamo.utils import counters
+
+    with _lock:
+        _counts.clear()
+        _compile_seconds[0] = 0.0
+        _recompile_reasons.clear()
+    counters["graph_break"].clear()

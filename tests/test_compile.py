@@ -115,3 +115,85 @@ def test_outputs_are_neuron_tensors_and_inputs_unchanged():
     assert a.device.type == "neuron" and b.device.type == "neuron"
     torch.testing.assert_close(a.cpu(), (x_before @ y.cpu()).softmax(-1), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(x.cpu(), x_before)
+
+
+def test_dropout_in_training_is_compiled_and_seeded_by_the_device_generator():
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Dropout(0.5)).to(DEVICE)
+    compiled = torch.compile(model, backend="neuron", fullgraph=True)
+    x = torch.randn(8, 16, device=DEVICE)
+    torch.manual_seed(3)
+    first = compiled(x)
+    torch.manual_seed(3)
+    again = compiled(x)
+    other = compiled(x)
+    torch.testing.assert_close(first, again)
+    assert not torch.equal(first.cpu(), other.cpu())
+    zeros = (first == 0).float().mean().item()
+    assert 0.35 < zeros < 0.65
+    kept = first != 0
+    eager = model[0](x)
+    torch.testing.assert_close(first[kept], (eager * 2)[kept], rtol=1e-4, atol=1e-4)
+
+
+def test_inference_graph_writes_back_in_place_input_updates():
+    def f(x, buf):
+        buf.add_(1)
+        return x * buf
+
+    x = torch.randn(4, device=DEVICE)
+    buf = torch.zeros(4, device=DEVICE)
+    compiled = torch.compile(f, backend="neuron")
+    with torch.no_grad():
+        out = compiled(x, buf)
+        out = compiled(x, buf)
+    torch.testing.assert_close(buf.cpu(), torch.full((4,), 2.0))
+    torch.testing.assert_close(out, x * 2)
+
+
+def test_cpu_inputs_are_accepted_or_rejected_by_env(monkeypatch):
+    def f(x):
+        return x * 2 + 1
+
+    compiled = torch.compile(f, backend="neuron")
+    x_cpu = torch.randn(4)
+    out = compiled(x_cpu)
+    torch.testing.assert_close(out.cpu(), x_cpu * 2 + 1)
+    assert out.device.type == "neuron"
+    monkeypatch.setenv("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", "1")
+    with pytest.raises(RuntimeError, match="Input tensor at index 0 is on cpu device"):
+        compiled(x_cpu)
+
+
+def test_fp64_graph_follows_the_fp32_rule():
+    def f(x, y):
+        return x * y + 1
+
+    x = torch.randn(16, dtype=torch.float64)
+    y = torch.randn(16, dtype=torch.float64)
+    out = torch.compile(f, backend="neuron")(x.to(DEVICE), y.to(DEVICE))
+    assert out.dtype == torch.float64
+    expected = (x.float() * y.float() + 1).double()
+    # float32 arithmetic (XLA may fuse the multiply-add: one rounding, not two)
+    torch.testing.assert_close(out.cpu(), expected, rtol=3e-7, atol=3e-7)
+    assert (out.cpu() - (x * y + 1)).abs().max() > 1e-10  # not computed in float64
+
+
+def test_outputs_adopt_xla_buffers_without_copy():
+    def f(x):
+        return x * 3
+
+    compiled = torch.compile(f, backend="neuron")
+    out = compiled(torch.ones(1024, device=DEVICE))
+    view = torch_neuronx._C._host_view(out)
+    assert view.data_ptr() == out.data_ptr()
+    torch.testing.assert_close(out.cpu(), torch.full((1024,), 3.0))
+
+
+def test_debug_dir_receives_fx_graphs_and_stablehlo(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_NEURONX_DEBUG_DIR", str(tmp_path))
+    monkeypatch.setenv("TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS", "1")
+    torch.compile(lambda x: x.relu() + 2, backend="neuron")(torch.randn(5, device=DEVICE))
+    fx = list((tmp_path / "rank0" / "fx_graphs").iterdir())
+    hlo = list((tmp_path / "rank0" / "stablehlo").iterdir())
+    assert fx and hlo
+    assert "stablehlo" in hlo[0].read_text() or "func.func" in hlo[0].read_text()

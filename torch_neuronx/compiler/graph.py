@@ -2,21 +2,28 @@
 XLA executable, run with inputs and outputs exchanged by DLPack.
 
 The graph is traced through the lowering table under jax.jit, so the whole
-graph becomes a single StableHLO module; XLA compiles it once per input
-signature (Dynamo already guards on shapes and dtypes, so each compiled graph
-sees one signature).
+graph becomes a single StableHLO module. Executables are cached in memory by
+(graph code, input signature) and on disk by JAX's persistent cache over
+torch_neuronx.compiler.cache.
 """
 
 from __future__ import annotations
 
+import hashlib
+import operator
+import os
+import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.fx
 
-from torch_neuronx.compiler import metrics
+from torch_neuronx.compiler import artifacts, cache, metrics
 from torch_neuronx.compiler.errors import NeuronCompileError
+
+_EXECUTABLES: dict[tuple, object] = {}
+_EXECUTABLES_LOCK = threading.Lock()
 
 
 @dataclass
@@ -25,113 +32,190 @@ class UnloweredOp:
     source: str
 
 
+def _source_line(node: torch.fx.Node) -> str:
+    trace = (node.meta.get("stack_trace") or "").strip().splitlines()
+    frames = [line.strip() for line in trace if line.strip().startswith("File")]
+    return frames[-1] if frames else "(no source line recorded)"
+
+
 def unlowered_ops(gm: torch.fx.GraphModule) -> list[UnloweredOp]:
     from torch_neuronx.lowering import lookup
 
-    missing = []
+    return [
+        UnloweredOp(str(node.target), _source_line(node))
+        for node in gm.graph.nodes
+        if node.op == "call_function" and node.target is not operator.getitem
+        and node.target is not torch.ops.aten.copy_.default and lookup(node.target) is None
+    ]
+
+
+def _emulate_fp64() -> bool:
+    from torch_neuronx import _C
+
+    return _C._get_fp64_mode() == 0
+
+
+def _narrow(dtype: torch.dtype) -> torch.dtype:
+    return {torch.float64: torch.float32, torch.complex128: torch.complex64}.get(dtype, dtype)
+
+
+def _uses_rng(gm: torch.fx.GraphModule) -> bool:
+    return any(
+        node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+        and torch.Tag.nondeterministic_seeded in node.target.tags
+        for node in gm.graph.nodes
+    )
+
+
+def _mutations(gm: torch.fx.GraphModule) -> list[tuple[int, torch.fx.Node]]:
+    """(input index, new value) for each `copy_` into a graph input: in-place
+    updates of inputs kept by AOTAutograd (BatchNorm stats, KV caches)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    found = []
     for node in gm.graph.nodes:
-        if node.op == "call_function" and lookup(node.target) is None and not _is_getitem(node):
-            trace = (node.meta.get("stack_trace") or "").strip().splitlines()
-            source = next((line.strip() for line in reversed(trace) if line.strip().startswith("File")), "")
-            missing.append(UnloweredOp(str(node.target), source or "(no source line recorded)"))
-    return missing
+        if node.op == "call_function" and node.target is torch.ops.aten.copy_.default:
+            dst, src = node.args[0], node.args[1]
+            if dst in placeholders:
+                found.append((placeholders.index(dst), src, node))
+    return found
 
 
-def _is_getitem(node: torch.fx.Node) -> bool:
-    import operator
-
-    return node.target is operator.getitem
-
-
-def _as_jax(value):
-    import jax.dlpack
-
-    return jax.dlpack.from_dlpack(value)
-
-
-@dataclass
 class CompiledGraph:
-    """A graph compiled for the neuron device; called with a list of inputs."""
+    """A graph compiled for the neuron device; called with the list of inputs."""
 
-    gm: torch.fx.GraphModule
-    name: str
-    mutated_inputs: dict[int, int] = field(default_factory=dict)  # output slot -> input index
-    _jitted: object = None
-
-    def __post_init__(self):
+    def __init__(self, gm: torch.fx.GraphModule, name: str):
         import jax
 
+        self.gm = gm
+        self.name = name
+        self.uses_rng = _uses_rng(gm)
+        self.emulate_fp64 = _emulate_fp64()
+        self.mutations = _mutations(gm)
+        output = next(n for n in gm.graph.nodes if n.op == "output")
+        self.output_nodes = output.args[0]
+        self.output_dtypes = [
+            (n.meta["val"].dtype if isinstance(n, torch.fx.Node) and isinstance(n.meta.get("val"), torch.Tensor) else None)
+            for n in (self.output_nodes if isinstance(self.output_nodes, (list, tuple)) else [self.output_nodes])
+        ]
+        self.key = hashlib.sha256(gm.code.encode()).hexdigest()
         self._jitted = jax.jit(self._interpret)
-        self._compiled = {}
+        cache.install()
 
-    def _interpret(self, *arrays):
-        from torch_neuronx.lowering import lookup
+    # -- tracing ---------------------------------------------------------------
+    def _interpret(self, seed, *arrays):
+        from torch_neuronx import lowering
 
         env = {}
         placeholders = iter(arrays)
-        results = None
-        for node in self.gm.graph.nodes:
-            if node.op == "placeholder":
-                env[node] = next(placeholders)
-            elif node.op == "call_function":
-                args = torch.fx.node.map_arg(node.args, lambda n: env[n])
-                kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
-                if _is_getitem(node):
-                    env[node] = args[0][args[1]]
-                else:
-                    env[node] = lookup(node.target)(*args, **kwargs)
-            elif node.op == "output":
-                results = torch.fx.node.map_arg(node.args[0], lambda n: env[n])
-        return results
+        replaced = {node: src for _, src, node in self.mutations}
+        with lowering.rng_scope(seed), lowering.fp64_rule(self.emulate_fp64):
+            for node in self.gm.graph.nodes:
+                if node.op == "placeholder":
+                    env[node] = lowering.narrow_input(next(placeholders))
+                elif node.op == "call_function":
+                    if node in replaced:
+                        env[node] = env[replaced[node]]
+                        continue
+                    args = torch.fx.node.map_arg(node.args, lambda n: env[n])
+                    kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+                    if node.target is operator.getitem:
+                        env[node] = args[0][args[1]]
+                    else:
+                        env[node] = lowering.lookup(node.target)(*args, **kwargs)
+            outputs = torch.fx.node.map_arg(self.output_nodes, lambda n: env[n])
+            written = [env[src] for _, src, _ in self.mutations]
+        return outputs, written
 
+    # -- running ---------------------------------------------------------------
     def __call__(self, args):
-        device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("neuron"))
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        host = [_host_input(a) if isinstance(a, torch.Tensor) else a for a in args]
-        signature = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
-        if signature not in self._compiled:
-            start = time.perf_counter()
-            executable = self._jitted.lower(*[_as_jax(h) if isinstance(h, torch.Tensor) else h for h in host]).compile()
-            metrics.record_compile(time.perf_counter() - start)
-            self._compiled[signature] = executable
-        else:
+        device = _device_of(args)
+        host = [_host_input(a, i) if isinstance(a, torch.Tensor) else a for i, a in enumerate(args)]
+        seed = _draw_seed(device) if self.uses_rng else 0
+        executable = self._executable(seed, host)
+        outputs, written = executable(seed, *[_as_jax(h) if isinstance(h, torch.Tensor) else h for h in host])
+        for (index, _, _), value in zip(self.mutations, written):
+            args[index].copy_(_from_jax(value, device, args[index].dtype))
+        single = not isinstance(outputs, (list, tuple))
+        converted = [
+            _from_jax(o, device, dtype) if o is not None else None
+            for o, dtype in zip([outputs] if single else outputs, self.output_dtypes)
+        ]
+        return converted[0] if single else converted
+
+    def _executable(self, seed, host):
+        signature = tuple(
+            (tuple(h.shape), h.dtype) if isinstance(h, torch.Tensor) else h for h in host
+        )
+        key = (self.key, signature, self.emulate_fp64)
+        with _EXECUTABLES_LOCK:
+            executable = _EXECUTABLES.get(key)
+        if executable is not None:
             metrics.record_cache_hit("memory")
-        executable = self._compiled[signature]
-        outputs = executable(*[_as_jax(h) for h in host if isinstance(h, torch.Tensor)])
-        del tensors
-        return _to_torch(outputs, device)
+            return executable
+        start = time.perf_counter()
+        lowered = self._jitted.lower(seed, *[_as_jax(h) if isinstance(h, torch.Tensor) else h for h in host])
+        artifacts.write(self.name, self.gm.code, lowered.as_text())
+        executable = lowered.compile()
+        metrics.record_compile(time.perf_counter() - start)
+        with _EXECUTABLES_LOCK:
+            _EXECUTABLES[key] = executable
+        return executable
 
 
-def _host_input(tensor: torch.Tensor) -> torch.Tensor:
+def _device_of(args) -> torch.device:
+    for value in args:
+        if isinstance(value, torch.Tensor) and value.device.type == "neuron":
+            return value.device
+    return torch.device("neuron", torch.neuron.current_device())
+
+
+def _host_input(tensor: torch.Tensor, index: int) -> torch.Tensor:
     from torch_neuronx import _C
 
     if tensor.device.type == "neuron":
         tensor = _C._host_view(tensor)
-    return tensor.contiguous()
+    elif tensor.device.type == "cpu":
+        if os.environ.get("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", "0").strip() in ("1", "true", "True"):
+            raise RuntimeError(
+                f"Input tensor at index {index} is on cpu device, but the compiled graph runs on "
+                "neuron. Move it with .to('neuron'), or unset TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY "
+                "to let torch_neuronx copy CPU inputs to the device."
+            )
+    else:
+        raise RuntimeError(f"Input tensor at index {index} is on {tensor.device}; expected neuron")
+    if tensor.requires_grad:
+        tensor = tensor.detach()
+    # XLA takes dense, 64-byte aligned buffers without a copy; anything else is
+    # copied once here.
+    if not tensor.is_contiguous() or tensor.data_ptr() % 64:
+        tensor = tensor.contiguous() if tensor.data_ptr() % 64 == 0 else tensor.clone()
+    return tensor
 
 
-def _to_torch(outputs, device):
+def _as_jax(tensor: torch.Tensor):
+    import jax.dlpack
+
+    if tensor.dtype == torch.bool:
+        return jax.dlpack.from_dlpack(tensor)
+    return jax.dlpack.from_dlpack(tensor)
+
+
+def _from_jax(value, device: torch.device, dtype: torch.dtype | None) -> torch.Tensor:
     from torch_neuronx import _C
 
-    def convert(value):
-        if value is None:
-            return None
-        return _C._adopt_host(torch.from_dlpack(value), device.index or 0)
-
-    if isinstance(outputs, (list, tuple)):
-        return [convert(o) for o in outputs]
-    return convert(outputs)
+    tensor = _C._adopt_host(torch.from_dlpack(value), device.index or 0)
+    if dtype is not None and tensor.dtype != dtype:
+        tensor = tensor.to(dtype)  # float64 results computed in float32 (the fp64 rule)
+    return tensor
 
 
-def compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> CompiledGraph:
-    for node in gm.graph.nodes:
-        for value in node.meta.get("val", ()) if isinstance(node.meta.get("val"), tuple) else [node.meta.get("val")]:
-            if isinstance(value, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in value.shape):
-                raise NeuronCompileError(
-                    "torch.compile(backend='neuron') compiles static shapes only (one executable per "
-                    "input shape), but this graph has symbolic sizes. Do not pass dynamic=True; "
-                    "mark_dynamic is not supported on neuron either."
-                )
+def _draw_seed(device: torch.device) -> int:
+    """A fresh seed from the core's default generator, so compiled random ops
+    advance (and are reproduced by) the same generator as eager ones."""
+    return int(torch.empty((), dtype=torch.int64, device=device).random_(0, 2**31 - 1).item())
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str):
     missing = unlowered_ops(gm)
     if missing:
         raise NeuronCompileError(missing)

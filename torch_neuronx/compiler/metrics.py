@@ -41,6 +41,7 @@ def snapshot() -> dict:
             "compile_seconds": round(_compile_seconds[0], 6),
             "cache_hits_memory": _counts["cache_hits_memory"],
             "cache_hits_disk": _counts["cache_hits_disk"],
+            "cache_hits_corrupt": _counts["cache_hits_corrupt"],
             "forward_graphs": _counts["forward_graphs"],
             "backward_graphs": _counts["backward_graphs"],
             "inference_graphs": _counts["inference_graphs"],

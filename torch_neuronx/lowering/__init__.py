@@ -11,6 +11,8 @@ Importing this package imports JAX; only the compiler does that, on first use.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from typing import Callable
 
 import torch
@@ -30,7 +32,7 @@ def lowering(*targets):
 
 
 def _load_table() -> None:
-    from torch_neuronx.lowering import aten  # noqa: F401  (registers the lowerings)
+    from torch_neuronx.lowering import aten, random  # noqa: F401  (register the lowerings)
 
 
 def lookup(target) -> Callable | None:
@@ -51,3 +53,52 @@ def lowered_op_names() -> set[str]:
         packet = target.overloadpacket if isinstance(target, torch._ops.OpOverload) else target
         names.add(packet.__name__.rstrip("_") if not packet.__name__.endswith("__") else packet.__name__)
     return names
+
+
+# ------------------------------------------------------------------ trace state
+_trace = threading.local()
+
+
+@contextlib.contextmanager
+def rng_scope(seed):
+    """Random lowerings draw keys split from `seed` (a traced int input)."""
+    import jax
+
+    _trace.key = jax.random.key(seed)
+    try:
+        yield
+    finally:
+        _trace.key = None
+
+
+def next_key():
+    import jax
+
+    _trace.key, key = jax.random.split(_trace.key)
+    return key
+
+
+@contextlib.contextmanager
+def fp64_rule(emulate: bool):
+    """While tracing a graph under the fp64 rule, float64 becomes float32."""
+    _trace.emulate_fp64 = emulate
+    try:
+        yield
+    finally:
+        _trace.emulate_fp64 = False
+
+
+def emulating_fp64() -> bool:
+    return getattr(_trace, "emulate_fp64", False)
+
+
+def narrow_input(array):
+    """Graph inputs under the fp64 rule: float64 arrays enter as float32."""
+    import jax.numpy as jnp
+
+    if emulating_fp64():
+        if array.dtype == jnp.float64:
+            return array.astype(jnp.float32)
+        if array.dtype == jnp.complex128:
+            return array.astype(jnp.complex64)
+    return array

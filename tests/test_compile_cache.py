@@ -1,0 +1,90 @@
+"""The on-disk executable cache (TORCH_NEURONX_NEFF_CACHE_DIR): reuse across
+processes, concurrent writers, corrupted entries, and the off switch."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, time, torch, torch_neuronx
+    from torch_neuronx.compiler import get_dynamo_metrics
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 8))
+    torch.manual_seed(0)
+    for p in model.parameters():
+        torch.nn.init.normal_(p)
+    model = model.to("neuron")
+    compiled = torch.compile(model, backend="neuron")
+    x = torch.ones(4, 32, device="neuron")
+    start = time.perf_counter()
+    out = compiled(x)
+    out.sum().backward()
+    seconds = time.perf_counter() - start
+    m = get_dynamo_metrics()
+    print(json.dumps({"sum": out.sum().item(), "disk_hits": m["cache_hits_disk"],
+                      "corrupt": m.get("cache_hits_corrupt", 0),
+                      "compile_seconds": m["compile_seconds"], "first_call_seconds": seconds}))
+    """
+)
+
+
+def run(env_overrides):
+    env = dict(os.environ, **env_overrides)
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", SCRIPT], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+@pytest.fixture
+def cache_dir(tmp_path):
+    return {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "neff")}
+
+
+def test_second_process_reuses_graphs_and_survives_corrupted_entries(cache_dir):
+    cold, _ = run(cache_dir)
+    assert cold["disk_hits"] == 0
+    warm, _ = run(cache_dir)
+    assert warm["disk_hits"] >= 2  # forward and backward executables
+    assert warm["sum"] == pytest.approx(cold["sum"], rel=1e-6)
+    assert warm["compile_seconds"] < cold["compile_seconds"]
+
+    folder = cache_dir["TORCH_NEURONX_NEFF_CACHE_DIR"]
+    entries = [os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".neff")]
+    assert entries
+    for i, path in enumerate(entries):
+        with open(path, "r+b") as handle:  # truncate one, overwrite bytes in the others
+            if i == 0:
+                handle.truncate(40)
+            else:
+                handle.seek(60)
+                handle.write(b"\x00garbage\x00")
+    again, _ = run(cache_dir)
+    assert again["sum"] == pytest.approx(cold["sum"], rel=1e-6)
+    assert again["corrupt"] == len(entries)  # each one detected (and warned about), then recompiled
+
+
+def test_concurrent_processes_share_the_cache(cache_dir):
+    env = dict(os.environ, **cache_dir)
+    procs = [subprocess.Popen([sys.executable, "-W", "ignore", "-c", SCRIPT], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    assert len({round(r["sum"], 4) for r in results}) == 1
+    folder = cache_dir["TORCH_NEURONX_NEFF_CACHE_DIR"]
+    assert [f for f in os.listdir(folder) if f.startswith(".tmp-")] == []
+    assert len([f for f in os.listdir(folder) if f.endswith(".neff")]) >= 2
+
+
+def test_disable_cache(cache_dir):
+    result, _ = run(dict(cache_dir, TORCH_NEURONX_NEFF_DISABLE_CACHE="1"))
+    assert result["disk_hits"] == 0
+    folder = cache_dir["TORCH_NEURONX_NEFF_CACHE_DIR"]
+    assert not os.path.exists(folder) or not os.listdir(folder)

@@ -1,0 +1,29 @@
+"""Compilation artifacts under TORCH_NEURONX_DEBUG_DIR (when
+TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS=1): fx_graphs/ and stablehlo/,
+in one subdirectory per rank."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+_counter = itertools.count()
+
+
+def directory() -> str | None:
+    root = os.environ.get("TORCH_NEURONX_DEBUG_DIR", "").strip()
+    keep = os.environ.get("TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS", "0").strip()
+    if not root or keep not in ("1", "true", "True"):
+        return None
+    return os.path.join(root, f"rank{os.environ.get('RANK', '0')}")
+
+
+def write(name: str, fx_code: str, stablehlo: str) -> None:
+    root = directory()
+    if root is None:
+        return
+    stem = f"{next(_counter):04d}_{name}"
+    for sub, suffix, text in (("fx_graphs", ".py", fx_code), ("stablehlo", ".mlir", stablehlo)):
+        os.makedirs(os.path.join(root, sub), exist_ok=True)
+        with open(os.path.join(root, sub, stem + suffix), "w") as handle:
+            handle.write(text)

@@ -197,3 +197,43 @@ def test_debug_dir_receives_fx_graphs_and_stablehlo(tmp_path, monkeypatch):
     hlo = list((tmp_path / "rank0" / "stablehlo").iterdir())
     assert fx and hlo
     assert "stablehlo" in hlo[0].read_text() or "func.func" in hlo[0].read_text()
+
+
+@torch.library.custom_op("neuron_test::scaled_square", mutates_args=())
+def scaled_square(x: torch.Tensor, scale: float) -> torch.Tensor:
+    return x * x * scale
+
+
+@scaled_square.register_fake
+def _(x, scale):
+    return torch.empty_like(x)
+
+
+def _scaled_square_backward(ctx, grad):
+    (x,) = ctx.saved_tensors
+    return grad * 2 * x * ctx.scale, None
+
+
+def _scaled_square_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+    ctx.scale = inputs[1]
+
+
+scaled_square.register_autograd(_scaled_square_backward, setup_context=_scaled_square_setup)
+
+
+def test_custom_op_inside_a_compiled_region_splits_the_graph():
+    def f(x):
+        y = torch.sin(x) + 1
+        z = scaled_square(y, 3.0)
+        return (z.relu() * 2).sum()
+
+    x = torch.randn(6, device=DEVICE, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_(True)
+    out = torch.compile(f, backend="neuron", fullgraph=True)(x)
+    out.backward()
+    expected = f(x_ref)
+    expected.backward()
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-5, atol=1e-5)
+    assert get_dynamo_metrics()["compiles"] >= 2  # the pieces around the custom op

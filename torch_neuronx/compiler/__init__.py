@@ -42,7 +42,14 @@ def _compiler(kind: str):
     def compile_fn(gm: torch.fx.GraphModule, example_inputs):
         from torch_neuronx.compiler.graph import compile_graph, unlowered_ops
 
+        from torch_neuronx.compiler.partition import is_custom_op, split_around_custom_ops
+
         metrics.record_graph(kind)
+        if any(is_custom_op(node) for node in gm.graph.nodes):
+            from torch._functorch.aot_autograd import make_boxed_func
+
+            split = split_around_custom_ops(gm, lambda piece: compile_fn(piece, None))
+            return make_boxed_func(split.forward)
         missing = unlowered_ops(gm)
         if missing:
             listing = "\n".join(f"  {m.op}  at {m.source}" for m in missing)

@@ -66,10 +66,24 @@ from torch_neuronx.ops import (  # noqa: E402
     get_fallback_ops,
 )
 
+
+def get_dynamo_metrics() -> dict:
+    """torch.compile(backend="neuron") counters: compiles, cache hits, graph breaks, ..."""
+    from torch_neuronx.compiler import get_dynamo_metrics as metrics
+
+    return metrics()
+
+
+def reset_dynamo_metrics() -> None:
+    from torch_neuronx.compiler import reset_dynamo_metrics as reset
+
+    reset()
+
+
 __all__ = [
     "Event", "Stream", "clear_op_tracking", "current_device", "current_stream", "default_stream",
     "device", "device_count", "empty_cache", "get_device_properties", "get_executed_ops",
-    "get_fallback_ops", "is_available", "max_memory_allocated", "max_memory_reserved",
+    "get_dynamo_metrics", "get_fallback_ops", "is_available", "reset_dynamo_metrics", "max_memory_allocated", "max_memory_reserved",
     "memory_allocated", "memory_reserved", "memory_stats", "memory_summary",
     "reset_peak_memory_stats", "set_device", "set_stream", "stream", "synchronize",
 ]

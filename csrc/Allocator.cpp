@@ -323,17 +323,23 @@ c10::CachingDeviceAllocator::DeviceStats NeuronAllocator::getDeviceStats(
   return memory.stats;
 }
 
-void NeuronAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
-  auto& memory = memoryOf(device);
-  std::lock_guard<std::mutex> lock(memory.mutex);
-  auto& s = memory.stats;
+// Applies `reset` to every Stat of the per-pool counters.
+template <class Reset>
+void forEachStat(c10::CachingDeviceAllocator::DeviceStats& s, Reset reset) {
   for (auto* array : {&s.allocation, &s.segment, &s.active, &s.inactive_split,
                       &s.allocated_bytes, &s.reserved_bytes, &s.active_bytes,
                       &s.inactive_split_bytes, &s.requested_bytes}) {
     for (auto& stat : *array) {
-      stat.reset_accumulated();
+      reset(stat);
     }
   }
+}
+
+void NeuronAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
+  auto& memory = memoryOf(device);
+  std::lock_guard<std::mutex> lock(memory.mutex);
+  auto& s = memory.stats;
+  forEachStat(s, [](c10::CachingAllocator::Stat& stat) { stat.reset_accumulated(); });
   s.num_alloc_retries = 0;
   s.num_ooms = 0;
   s.num_device_alloc = 0;
@@ -343,14 +349,7 @@ void NeuronAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
 void NeuronAllocator::resetPeakStats(c10::DeviceIndex device) {
   auto& memory = memoryOf(device);
   std::lock_guard<std::mutex> lock(memory.mutex);
-  auto& s = memory.stats;
-  for (auto* array : {&s.allocation, &s.segment, &s.active, &s.inactive_split,
-                      &s.allocated_bytes, &s.reserved_bytes, &s.active_bytes,
-                      &s.inactive_split_bytes, &s.requested_bytes}) {
-    for (auto& stat : *array) {
-      stat.reset_peak();
-    }
-  }
+  forEachStat(memory.stats, [](c10::CachingAllocator::Stat& stat) { stat.reset_peak(); });
 }
 
 std::pair<size_t, size_t> NeuronAllocator::getMemoryInfo(c10::DeviceIndex device) {

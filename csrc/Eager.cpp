@@ -127,7 +127,11 @@ std::unique_ptr<OpMeta> buildMeta(const c10::OperatorHandle& op) {
   const auto& arguments = schema.arguments();
   for (size_t i = 0; i < arguments.size(); ++i) {
     const auto* alias = arguments[i].alias_info();
-    meta->mutable_args.push_back(alias != nullptr && alias->isWrite());
+    // native_batch_norm updates its running statistics in place although its
+    // schema does not say so (no alias annotation).
+    const bool running_stat =
+        arguments[i].name() == "running_mean" || arguments[i].name() == "running_var";
+    meta->mutable_args.push_back((alias != nullptr && alias->isWrite()) || running_stat);
     meta->arg_kinds.push_back(argKind(arguments[i]));
     switch (elementKind(arguments[i])) {
       case c10::TypeKind::GeneratorType:
@@ -198,10 +202,12 @@ c10::Storage deviceStorage(c10::DataPtr data, size_t nbytes) {
       /*resizable=*/true));
 }
 
-// A device tensor over `storage` with the geometry and dtype of `like`.
-at::Tensor deviceTensorLike(c10::Storage storage, const at::Tensor& like) {
+// A tensor of backend `key` over `storage` with the geometry, dtype and
+// conj/neg bits of `like`: the one way device tensors and their CPU aliases
+// are made.
+at::Tensor tensorLike(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like) {
   auto tensor = at::detail::make_tensor<c10::TensorImpl>(
-      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), like.dtype());
+      std::move(storage), c10::DispatchKeySet(key), like.dtype());
   auto* impl = tensor.unsafeGetTensorImpl();
   impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
   if (like.is_conj()) {
@@ -211,6 +217,10 @@ at::Tensor deviceTensorLike(c10::Storage storage, const at::Tensor& like) {
     impl->_set_neg(true);
   }
   return tensor;
+}
+
+at::Tensor deviceTensorLike(c10::Storage storage, const at::Tensor& like) {
+  return tensorLike(std::move(storage), c10::DispatchKey::PrivateUse1, like);
 }
 
 [[noreturn]] void throwDeviceMismatch(
@@ -463,7 +473,13 @@ struct NativeCall {
   }
 
   at::Tensor finish(const at::Tensor& out) {
-    return mapOutput(fp64_active ? widen(out) : out);
+    if (!fp64_active) {
+      return mapOutput(out);
+    }
+    // Widened results stay alive until the call ends: adopted storages are
+    // matched by address, which a freed temporary could hand to the next one.
+    widened.push_back(widen(out));
+    return mapOutput(widened.back());
   }
 
   void mapReturn(c10::IValue& value) {
@@ -481,6 +497,7 @@ struct NativeCall {
   }
 
   bool fp64_active = false;
+  c10::SmallVector<at::Tensor, 3> widened;
 
   // The fp32 rule applies when a device tensor is float64/complex128 (CPU
   // scalars such as Python numbers wrapped as float64 do not count: they do
@@ -583,18 +600,7 @@ at::Tensor cpuAlias(const at::Tensor& tensor) {
       c10::StorageImpl::use_byte_size_t(), storage.nbytes(),
       c10::DataPtr(const_cast<void*>(storage.data()), c10::Device(c10::DeviceType::CPU)),
       captureCpuAllocator(), /*resizable=*/true);
-  auto alias = at::detail::make_tensor<c10::TensorImpl>(
-      c10::Storage(std::move(cpu_storage)), c10::DispatchKeySet(c10::DispatchKey::CPU),
-      tensor.dtype());
-  auto* impl = alias.unsafeGetTensorImpl();
-  impl->set_sizes_and_strides(tensor.sizes(), tensor.strides(), tensor.storage_offset());
-  if (tensor.is_conj()) {
-    impl->_set_conj(true);
-  }
-  if (tensor.is_neg()) {
-    impl->_set_neg(true);
-  }
-  return alias;
+  return tensorLike(c10::Storage(std::move(cpu_storage)), c10::DispatchKey::CPU, tensor);
 }
 
 at::Tensor adoptOnDevice(const at::Tensor& cpu, c10::DeviceIndex device) {

@@ -390,12 +390,6 @@ def test_scaled_dot_product_attention_forward_backward(case):
 
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=NotImplementedError,
-    reason="bug: for PrivateUse1 tensors PyTorch's RNN cells call _thnn_fused_lstm_cell / "
-           "_thnn_fused_gru_cell, which have no CPU kernel for the fallback to run",
-)
 @pytest.mark.parametrize("cell", ["LSTM", "GRU"])
 def test_recurrent_layers_match_cpu(cell):
     layer = getattr(nn, cell)(8, 6, batch_first=True)

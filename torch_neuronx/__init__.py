@@ -9,9 +9,18 @@ instance profile (TORCH_NEURONX_INSTANCE, NEURON_RT_VISIBLE_CORES).
 
 from __future__ import annotations
 
-import torch
 
-from torch_neuronx import _C
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group: importing did the work.
+
+    Defined before ``import torch``: when this package is imported first,
+    importing torch autoloads it again while it is half initialized, and this
+    name must already exist then."""
+
+
+import torch  # noqa: E402
+
+from torch_neuronx import _C  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -82,12 +91,9 @@ def reset_dynamo_metrics() -> None:
 
 __all__ = [
     "Event", "Stream", "clear_op_tracking", "current_device", "current_stream", "default_stream",
-    "device", "device_count", "empty_cache", "get_device_properties", "get_executed_ops",
-    "get_dynamo_metrics", "get_fallback_ops", "is_available", "reset_dynamo_metrics", "max_memory_allocated", "max_memory_reserved",
-    "memory_allocated", "memory_reserved", "memory_stats", "memory_summary",
-    "reset_peak_memory_stats", "set_device", "set_stream", "stream", "synchronize",
+    "device", "device_count", "empty_cache", "get_device_properties", "get_dynamo_metrics",
+    "get_executed_ops", "get_fallback_ops", "is_available", "max_memory_allocated",
+    "max_memory_reserved", "memory_allocated", "memory_reserved", "memory_stats",
+    "memory_summary", "reset_dynamo_metrics", "reset_peak_memory_stats", "set_device",
+    "set_stream", "stream", "synchronize",
 ]
-
-
-def _autoload() -> None:
-    """Entry point of the ``torch.backends`` group: importing did the work."""

@@ -80,7 +80,10 @@ def native_overloads() -> list[tuple[str, int]]:
 
 
 def register() -> None:
+    from torch_neuronx.ops import rnn
+
     _C._register_native_ops(native_overloads())
+    rnn.register()
 
 
 def apply_env_policies() -> None:

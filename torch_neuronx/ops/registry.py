@@ -87,6 +87,9 @@ DIRECT_KERNELS = frozenset({
     "_local_scalar_dense", "record_stream", "view", "as_strided", "_reshape_alias", "unfold",
     "view_as_real", "view_as_complex", "convolution_overrideable",
     "convolution_backward_overrideable", "native_dropout",
+    # torch_neuronx/ops/rnn.py (Python kernels)
+    "_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl", "_thnn_fused_gru_cell",
+    "_thnn_fused_gru_cell_backward",
 })
 
 NATIVE_OPS: frozenset[str] = frozenset(DATA_MOVEMENT) | frozenset(COMPUTE) | DIRECT_KERNELS

@@ -8,6 +8,8 @@
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/transformers/attention.h>
+#include <ATen/ops/_fused_sdp_choice_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/set_native.h>
 #include <ATen/ops/unfold_native.h>
@@ -187,6 +189,23 @@ std::tuple<at::Tensor, at::Tensor> nativeDropout(
   return {input.mul(mask).mul_(scale), mask};
 }
 
+// scaled_dot_product_attention asks each device which fused kernel to use.
+// The device answers as the CPU would for the same tensors, so attention runs
+// PyTorch's fused CPU kernels (flash attention for CPU) instead of the
+// unfused math path.
+int64_t sdpaChoice(
+    const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+    const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
+    std::optional<double> scale, bool enable_gqa) {
+  std::optional<at::Tensor> host_mask;
+  if (attn_mask.has_value() && attn_mask->defined()) {
+    host_mask = hostView(*attn_mask);
+  }
+  return at::native::_fused_sdp_choice_cpp(
+      hostView(query), hostView(key), hostView(value), host_mask, dropout_p, is_causal, scale,
+      enable_gqa);
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -222,3 +241,7 @@ TORCH_LIBRARY_IMPL(aten, Negative, m) {
 }
 
 } // namespace torch_neuronx
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &torch_neuronx::sdpaChoice)
+} // namespace at::native

@@ -74,6 +74,7 @@ from torch_neuronx.ops import (  # noqa: E402
     get_executed_ops,
     get_fallback_ops,
 )
+from torch_neuronx import distributed  # noqa: E402, F401  (registers the "neuron" c10d backend)
 
 
 def get_dynamo_metrics() -> dict:

@@ -1,0 +1,96 @@
+"""Creating the "neuron" c10d backend and binding each process to its core."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import ProcessGroupGloo
+
+# torch_neuronx.device the module (the package's ``device`` attribute is the context manager).
+neuron_device = importlib.import_module("torch_neuronx.device")
+
+
+def local_device_index() -> int | None:
+    """The NeuronCore this process should use: LOCAL_RANK among the visible cores.
+
+    None when LOCAL_RANK is not set (the launcher did not say; the current
+    device is left as it is). Raises when the node runs more processes than it
+    has visible cores.
+    """
+    local_rank = os.environ.get("LOCAL_RANK")
+    if local_rank is None:
+        return None
+    try:
+        index = int(local_rank)
+    except ValueError:
+        raise ValueError(f"LOCAL_RANK={local_rank!r} is not an integer") from None
+    count = neuron_device.device_count()
+    local_world = os.environ.get("LOCAL_WORLD_SIZE")
+    try:
+        processes = int(local_world) if local_world is not None else index + 1
+    except ValueError:
+        processes = index + 1
+    processes = max(processes, index + 1)
+    if processes > count:
+        visible = os.environ.get("NEURON_RT_VISIBLE_CORES")
+        where = (f"NEURON_RT_VISIBLE_CORES={visible!r}" if visible
+                 else "all cores of the instance profile")
+        raise RuntimeError(
+            f"torch.distributed on neuron: {processes} processes on this node "
+            f"(LOCAL_RANK={index}, LOCAL_WORLD_SIZE={local_world}) but only {count} "
+            f"NeuronCore(s) are visible ({where}). Each process needs its own core: "
+            f"start at most {count} processes per node (torchrun --nproc-per-node {count}) "
+            "or make more cores visible."
+        )
+    return index
+
+
+def _requested_device() -> torch.device | None:
+    """The ``device_id`` given to init_process_group, if any.
+
+    The backend creator is not passed it, so it is read from the c10d helper
+    that calls the creator (None if PyTorch's internals change shape).
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_new_process_group_helper":
+            device = frame.f_locals.get("device_id")
+            return device if isinstance(device, torch.device) else None
+        frame = frame.f_back
+    return None
+
+
+def bind_device() -> int | None:
+    """Makes this process's core current: init_process_group's device_id, else LOCAL_RANK."""
+    requested = _requested_device()
+    if requested is not None and requested.type == "neuron" and requested.index is not None:
+        index = requested.index
+    else:
+        index = local_device_index()
+    if index is not None:
+        neuron_device.set_device(index)
+    return index
+
+
+def create_backend(dist_backend_opts, backend_options):
+    from torch_neuronx.distributed import _kernels
+
+    if not dist.is_initialized():
+        # The default group is being created (init_process_group): bind now, so
+        # that the barrier, object collectives and DDP use this rank's core.
+        bind_device()
+    _kernels.install()
+    gloo = ProcessGroupGloo(
+        dist_backend_opts.store,
+        dist_backend_opts.group_rank,
+        dist_backend_opts.group_size,
+        dist_backend_opts.timeout,
+    )
+    gloo.options.global_ranks_in_group = list(dist_backend_opts.global_ranks_in_group)
+    gloo.options.group_name = dist_backend_opts.group_id
+    gloo._set_sequence_number_for_group()
+    return gloo

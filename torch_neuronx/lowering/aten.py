@@ -1,4 +1,10 @@
-"""Lowerings of Core ATen ops to jax (see torch_neuronx/lowering/__init__.py)."""
+"""Lowerings of Core ATen ops to jax (see torch_neuronx/lowering/__init__.py).
+
+This module holds the elementwise ops, activations and their backward ops,
+the _foreach_ ops (optimizers) and matrix products; it imports the other
+lowering modules (reductions, shapes, nn) so that loading it loads the whole
+table.
+"""
 
 from __future__ import annotations
 
@@ -6,461 +12,622 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import torch
 
-from torch_neuronx.lowering import lowering
+from torch_neuronx.lowering import LOWERINGS, lowering
+from torch_neuronx.lowering.common import KIND, acc_dtype, cast, is_array, is_float, jax_dtype, promote
 
-jax.config.update("jax_enable_x64", True)  # int64 / float64 tensors keep their dtype
+__all__ = ["jax_dtype"]
 
 aten = torch.ops.aten
 
-_DTYPES = {
-    torch.float32: jnp.float32, torch.float64: jnp.float64, torch.float16: jnp.float16,
-    torch.bfloat16: jnp.bfloat16, torch.int64: jnp.int64, torch.int32: jnp.int32,
-    torch.int16: jnp.int16, torch.int8: jnp.int8, torch.uint8: jnp.uint8, torch.bool: jnp.bool_,
-    torch.complex64: jnp.complex64, torch.complex128: jnp.complex128,
-}
-
-
-def jax_dtype(dtype: torch.dtype):
-    try:
-        return _DTYPES[dtype]
-    except KeyError:
-        raise NotImplementedError(f"dtype {dtype} has no jax equivalent") from None
-
-
-def _dims(dim, ndim):
-    if dim is None or dim == []:
-        return tuple(range(ndim))
-    if isinstance(dim, int):
-        dim = [dim]
-    return tuple(d % ndim if ndim else 0 for d in dim)
-
-
-def _default_float(x):
-    return x if jnp.issubdtype(x.dtype, jnp.inexact) else x.astype(jnp.float32)
-
 
 # ------------------------------------------------------------------ elementwise
-def _unary(fn, floating=False):
+def _unary(fn, kind=KIND.DEFAULT, int_identity=False):
     def lower(x):
-        return fn(_default_float(x) if floating else x)
+        computation, result = promote(x, kind=kind)
+        if int_identity and not is_float(x.dtype):
+            return x
+        return fn(cast(x, computation)).astype(result)
 
     return lower
 
 
-for _op, _fn, _float in [
-    (aten.abs, jnp.abs, False), (aten.neg, jnp.negative, False), (aten.exp, jnp.exp, True),
-    (aten.log, jnp.log, True), (aten.sqrt, jnp.sqrt, True), (aten.rsqrt, jax.lax.rsqrt, True),
-    (aten.sin, jnp.sin, True), (aten.cos, jnp.cos, True), (aten.tanh, jnp.tanh, True),
-    (aten.sigmoid, jax.nn.sigmoid, True), (aten.erf, jax.scipy.special.erf, True),
-    (aten.reciprocal, jnp.reciprocal, True), (aten.floor, jnp.floor, False),
-    (aten.ceil, jnp.ceil, False), (aten.round, jnp.round, False), (aten.trunc, jnp.trunc, False),
-    (aten.sign, jnp.sign, False), (aten.log1p, jnp.log1p, True), (aten.expm1, jnp.expm1, True),
-    (aten.log2, jnp.log2, True), (aten.log10, jnp.log10, True), (aten.tan, jnp.tan, True),
-    (aten.asin, jnp.arcsin, True), (aten.acos, jnp.arccos, True), (aten.atan, jnp.arctan, True),
-    (aten.sinh, jnp.sinh, True), (aten.cosh, jnp.cosh, True), (aten.asinh, jnp.arcsinh, True),
-    (aten.acosh, jnp.arccosh, True), (aten.atanh, jnp.arctanh, True),
-    (aten.bitwise_not, jnp.invert, False), (aten.logical_not, jnp.logical_not, False),
-    (aten.isnan, jnp.isnan, False), (aten.isinf, jnp.isinf, False),
-    (aten.erfinv, jax.scipy.special.erfinv, True),
+_FLOATING = KIND.INT_TO_FLOAT
+for _op, _fn in [
+    (aten.exp, jnp.exp), (aten.exp2, jnp.exp2), (aten.expm1, jnp.expm1), (aten.log, jnp.log),
+    (aten.log2, jnp.log2), (aten.log10, jnp.log10), (aten.log1p, jnp.log1p), (aten.sqrt, jnp.sqrt),
+    (aten.rsqrt, jax.lax.rsqrt), (aten.sin, jnp.sin), (aten.cos, jnp.cos), (aten.tan, jnp.tan),
+    (aten.asin, jnp.arcsin), (aten.acos, jnp.arccos), (aten.atan, jnp.arctan), (aten.sinh, jnp.sinh),
+    (aten.cosh, jnp.cosh), (aten.tanh, jnp.tanh), (aten.asinh, jnp.arcsinh), (aten.acosh, jnp.arccosh),
+    (aten.atanh, jnp.arctanh), (aten.sigmoid, jax.nn.sigmoid), (aten.erf, jax.scipy.special.erf),
+    (aten.erfc, jax.scipy.special.erfc), (aten.erfinv, jax.scipy.special.erfinv),
+    (aten.reciprocal, jnp.reciprocal), (aten.lgamma, jax.scipy.special.gammaln),
+    (aten.i0, jax.scipy.special.i0), (aten.sinc, jnp.sinc),
+    (aten.deg2rad, jnp.deg2rad), (aten.rad2deg, jnp.rad2deg),
 ]:
-    lowering(_op)(_unary(_fn, _float))
+    lowering(_op)(_unary(_fn, _FLOATING))
+
+for _op, _fn in [(aten.floor, jnp.floor), (aten.ceil, jnp.ceil), (aten.trunc, jnp.trunc),
+                 (aten.frac, lambda x: x - jnp.trunc(x))]:
+    lowering(_op)(_unary(_fn, int_identity=True))
+
+for _op, _fn in [(aten.isnan, jnp.isnan), (aten.isinf, jnp.isinf),
+                 (aten.isposinf, jnp.isposinf), (aten.isneginf, jnp.isneginf),
+                 (aten.signbit, jnp.signbit)]:
+    lowering(_op)(_unary(_fn, KIND.ALWAYS_BOOL))
+
+lowering(aten.neg)(_unary(jnp.negative))
+lowering(aten.abs)(_unary(jnp.abs, KIND.COMPLEX_TO_FLOAT))
 
 
-@lowering(aten.relu)
-def relu(x):
-    return jnp.maximum(x, jnp.zeros((), x.dtype))
+@lowering(aten.digamma)
+def digamma(x):
+    computation, result = promote(x, kind=KIND.INT_TO_FLOAT)
+    v = cast(x, computation)
+    out = jax.scipy.special.digamma(v)
+    # PyTorch: digamma(+-0) = -+inf, negative integers -> nan
+    out = jnp.where(v == 0, jnp.copysign(jnp.inf, -v), out)
+    out = jnp.where((v < 0) & (v == jnp.floor(v)), jnp.nan, out)
+    return out.astype(result)
+
+
+@lowering(aten.sign, aten.sgn)
+def sign(x):
+    return x if x.dtype == jnp.bool_ else jnp.sign(x)
+
+
+@lowering(aten.round)
+def round_(x, decimals=0):
+    if not is_float(x.dtype):
+        return x
+    computation = acc_dtype(x.dtype)
+    y = x.astype(computation)
+    if decimals == 0:
+        return jnp.round(y).astype(x.dtype)
+    scale = 10.0 ** decimals
+    return (jnp.round(y * scale) / scale).astype(x.dtype)
+
+
+@lowering(aten.bitwise_not)
+def bitwise_not(x):
+    return jnp.logical_not(x) if x.dtype == jnp.bool_ else jnp.invert(x)
+
+
+@lowering(aten.logical_not)
+def logical_not(x):
+    return jnp.logical_not(x.astype(jnp.bool_))
+
+
+@lowering(aten.nan_to_num)
+def nan_to_num(x, nan=None, posinf=None, neginf=None):
+    if not is_float(x.dtype):
+        return x
+    info = jnp.finfo(x.dtype)
+    out = jnp.where(jnp.isnan(x), jnp.asarray(0.0 if nan is None else nan, x.dtype), x)
+    out = jnp.where(jnp.isposinf(x), jnp.asarray(info.max if posinf is None else posinf, x.dtype), out)
+    return jnp.where(jnp.isneginf(x), jnp.asarray(info.min if neginf is None else neginf, x.dtype), out)
+
+
+def _binary(fn, kind=KIND.DEFAULT):
+    def lower(x, y):
+        computation, result = promote(x, y, kind=kind)
+        return fn(cast(x, computation), cast(y, computation)).astype(result)
+
+    return lower
+
+
+for _op, _fn in [
+    (aten.eq, jnp.equal), (aten.ne, jnp.not_equal), (aten.lt, jnp.less), (aten.le, jnp.less_equal),
+    (aten.gt, jnp.greater), (aten.ge, jnp.greater_equal),
+]:
+    lowering(_op)(_binary(_fn, KIND.ALWAYS_BOOL))
+
+for _op, _fn in [
+    (aten.bitwise_and, jnp.bitwise_and), (aten.bitwise_or, jnp.bitwise_or),
+    (aten.bitwise_xor, jnp.bitwise_xor), (aten.maximum, jnp.maximum), (aten.minimum, jnp.minimum),
+    (aten.fmax, jnp.fmax), (aten.fmin, jnp.fmin), (aten.bitwise_left_shift, jnp.left_shift),
+    (aten.bitwise_right_shift, jnp.right_shift), (aten.hypot, jnp.hypot),
+    (aten.logaddexp, jnp.logaddexp), (aten.nextafter, jnp.nextafter),
+    (aten.heaviside, lambda x, v: jnp.where(x == 0, v, jnp.where(x > 0, 1, 0).astype(x.dtype))),
+]:
+    lowering(_op)(_binary(_fn))
+
+for _op, _fn in [(aten.atan2, jnp.arctan2), (aten.copysign, jnp.copysign),
+                 (aten.xlogy, lambda x, y: jnp.where(x == 0, jnp.where(jnp.isnan(y), y, 0), x * jnp.log(y))),
+                 (aten.logaddexp2, jnp.logaddexp2)]:
+    lowering(_op)(_binary(_fn, KIND.INT_TO_FLOAT))
+
+
+def _logical(fn):
+    def lower(x, y):
+        return fn(cast(x, jnp.bool_) if is_array(x) else bool(x), cast(y, jnp.bool_) if is_array(y) else bool(y))
+
+    return lower
+
+
+for _op, _fn in [(aten.logical_and, jnp.logical_and), (aten.logical_or, jnp.logical_or),
+                 (aten.logical_xor, jnp.logical_xor)]:
+    lowering(_op)(_logical(_fn))
 
 
 @lowering(aten.add)
 def add(x, y, alpha=1):
-    return jnp.add(x, y if alpha == 1 else y * alpha)
+    computation, result = promote(x, y)
+    y = cast(y, computation)
+    if alpha != 1:
+        y = y * cast(alpha, computation)
+    return jnp.add(cast(x, computation), y).astype(result)
 
 
 @lowering(aten.sub)
 def sub(x, y, alpha=1):
-    return jnp.subtract(x, y if alpha == 1 else y * alpha)
+    computation, result = promote(x, y)
+    y = cast(y, computation)
+    if alpha != 1:
+        y = y * cast(alpha, computation)
+    return jnp.subtract(cast(x, computation), y).astype(result)
 
 
 @lowering(aten.rsub)
 def rsub(x, y, alpha=1):
-    return jnp.subtract(y, x if alpha == 1 else x * alpha)
+    return sub(y, x, alpha)
 
 
-@lowering(aten.mul)
-def mul(x, y):
-    return jnp.multiply(x, y)
+lowering(aten.mul)(_binary(jnp.multiply))
+
+
+def _floor_divide_float(a, b):
+    """PyTorch's floor division of floats (as in its CPU kernel)."""
+    mod = jnp.fmod(a, b)
+    quotient = (a - mod) / b
+    quotient = jnp.where((mod != 0) & ((b < 0) != (mod < 0)), quotient - 1, quotient)
+    floored = jnp.floor(quotient)
+    floored = jnp.where(quotient - floored > 0.5, floored + 1, floored)
+    floored = jnp.where(quotient == 0, jnp.copysign(jnp.zeros_like(a), a / b), floored)
+    return jnp.where(b == 0, a / b, floored)
+
+
+def _floor_divide_int(a, b):
+    if a.dtype == jnp.bool_:
+        return a
+    return jnp.floor_divide(a, b)
 
 
 @lowering(aten.div)
 def div(x, y, rounding_mode=None):
     if rounding_mode is None:
-        x, y = jnp.asarray(x), jnp.asarray(y)
-        if not jnp.issubdtype(jnp.result_type(x, y), jnp.inexact):
-            x = x.astype(jnp.float32)
-        return jnp.true_divide(x, y)
-    if rounding_mode == "floor":
-        return jnp.floor_divide(x, y)
-    quotient = jnp.true_divide(x, y)
-    result = jnp.trunc(quotient)
-    return result.astype(jnp.result_type(x, y))
+        computation, result = promote(x, y, kind=KIND.INT_TO_FLOAT)
+        return jnp.true_divide(cast(x, computation), cast(y, computation)).astype(result)
+    computation, result = promote(x, y)
+    a, b = cast(x, computation), cast(y, computation)
+    if is_float(computation):
+        out = jnp.trunc(a / b) if rounding_mode == "trunc" else _floor_divide_float(a, b)
+    else:
+        out = _floor_divide_int(a, b)
+        if rounding_mode == "trunc" and a.dtype != jnp.bool_:
+            out = jnp.where(((a % b) != 0) & ((a < 0) != (b < 0)), out + 1, out)
+    return out.astype(result)
 
 
-@lowering(aten.pow)
-def pow_(x, y):
-    return jnp.power(x, y)
+@lowering(aten.floor_divide)
+def floor_divide(x, y):
+    return div(x, y, rounding_mode="floor")
 
 
 @lowering(aten.remainder)
 def remainder(x, y):
-    return jnp.remainder(x, y)
+    computation, result = promote(x, y)
+    a, b = cast(x, computation), cast(y, computation)
+    mod = jnp.fmod(a, b) if is_float(computation) else jax.lax.rem(a, b)
+    mod = jnp.where((mod != 0) & ((b < 0) != (mod < 0)), mod + b, mod)
+    return mod.astype(result)
 
 
 @lowering(aten.fmod)
 def fmod(x, y):
-    return jnp.fmod(x, y)
+    computation, result = promote(x, y)
+    a, b = cast(x, computation), cast(y, computation)
+    return (jnp.fmod(a, b) if is_float(computation) else jax.lax.rem(a, b)).astype(result)
 
 
-@lowering(aten.atan2)
-def atan2(x, y):
-    return jnp.arctan2(_default_float(jnp.asarray(x)), y)
-
-
-@lowering(aten.maximum)
-def maximum(x, y):
-    return jnp.maximum(x, y)
-
-
-@lowering(aten.minimum)
-def minimum(x, y):
-    return jnp.minimum(x, y)
-
-
-for _op, _fn in [
-    (aten.eq, jnp.equal), (aten.ne, jnp.not_equal), (aten.lt, jnp.less), (aten.le, jnp.less_equal),
-    (aten.gt, jnp.greater), (aten.ge, jnp.greater_equal), (aten.logical_and, jnp.logical_and),
-    (aten.logical_or, jnp.logical_or), (aten.logical_xor, jnp.logical_xor),
-    (aten.bitwise_and, jnp.bitwise_and), (aten.bitwise_or, jnp.bitwise_or),
-    (aten.bitwise_xor, jnp.bitwise_xor),
-]:
-    lowering(_op)(lambda x, y, _fn=_fn: _fn(x, y))
+@lowering(aten.pow)
+def pow_(x, y):
+    computation, result = promote(x, y, kind=KIND.BOOL_TO_LONG)
+    if is_array(x) and not is_array(y):
+        base = cast(x, computation)
+        exponent = y
+        if isinstance(exponent, float) and exponent.is_integer() and abs(exponent) <= 4:
+            exponent = int(exponent)
+        if isinstance(exponent, int) and not isinstance(exponent, bool):
+            if is_float(computation) or exponent >= 0:
+                return jax.lax.integer_pow(base, exponent).astype(result) if exponent != 0 else \
+                    jnp.ones_like(base).astype(result)
+        if exponent == 0.5:
+            return jnp.sqrt(base).astype(result)
+        if exponent == -0.5:
+            return jax.lax.rsqrt(base).astype(result)
+        return jnp.power(base, cast(exponent, computation)).astype(result)
+    return jnp.power(cast(x, computation), cast(y, computation)).astype(result)
 
 
 @lowering(aten.where)
 def where(condition, x=None, y=None):
-    return jnp.where(condition, x, y)
+    if x is None:
+        raise NotImplementedError("where(condition) has a data-dependent shape")
+    computation, result = promote(x, y, kind=KIND.NO_OPMATH)
+    return jnp.where(cast(condition, jnp.bool_), cast(x, result), cast(y, result))
 
 
 @lowering(aten.clamp)
 def clamp(x, min=None, max=None):
-    return jnp.clip(x, min, max)
+    computation, result = promote(x, min, max, kind=KIND.DEFAULT)
+    out = cast(x, computation)
+    if min is not None:
+        lo = cast(min, computation)
+        out = jnp.where(jnp.isnan(lo), lo, jnp.maximum(out, lo)) if is_float(computation) else jnp.maximum(out, lo)
+    if max is not None:
+        hi = cast(max, computation)
+        out = jnp.where(jnp.isnan(hi), hi, jnp.minimum(out, hi)) if is_float(computation) else jnp.minimum(out, hi)
+    return out.astype(result)
 
 
 @lowering(aten.clamp_min)
 def clamp_min(x, min):
-    return jnp.maximum(x, jnp.asarray(min, x.dtype))
+    return clamp(x, min, None)
 
 
 @lowering(aten.clamp_max)
 def clamp_max(x, max):
-    return jnp.minimum(x, jnp.asarray(max, x.dtype))
+    return clamp(x, None, max)
+
+
+@lowering(aten.lerp)
+def lerp(x, end, weight):
+    computation, result = promote(x, end, weight)
+    a, b, w = cast(x, computation), cast(end, computation), cast(weight, computation)
+    diff = b - a
+    return jnp.where(jnp.abs(w) < 0.5, a + w * diff, b - diff * (1 - w)).astype(result)
+
+
+@lowering(aten.addcmul)
+def addcmul(x, tensor1, tensor2, value=1):
+    computation, result = promote(x, tensor1, tensor2)
+    product = cast(tensor1, computation) * cast(tensor2, computation)
+    return (cast(x, computation) + cast(value, computation) * product).astype(result)
+
+
+@lowering(aten.addcdiv)
+def addcdiv(x, tensor1, tensor2, value=1):
+    computation, result = promote(x, tensor1, tensor2)
+    quotient = cast(tensor1, computation) / cast(tensor2, computation)
+    return (cast(x, computation) + cast(value, computation) * quotient).astype(result)
+
+
+def _fma(a, b, c):
+    computation, result = promote(a, b, c)
+    return (cast(a, computation) * cast(b, computation) + cast(c, computation)).astype(result)
+
+
+try:  # Dynamo emits prims.fma for addcmul_ / add_(alpha=tensor); the prim lives in inductor_prims
+    import torch._inductor.inductor_prims  # noqa: F401
+
+    lowering(torch.ops.prims.fma)(_fma)
+except (ImportError, AttributeError):  # pragma: no cover - older or trimmed PyTorch builds
+    pass
+
+
+# ----------------------------------------------------- activations (+ backward)
+def _floating(*values):
+    """Values cast to the float computation dtype of the first, and the result dtype."""
+    computation, result = promote(*values, kind=KIND.INT_TO_FLOAT)
+    return [cast(v, computation) if v is not None else None for v in values], result
+
+
+@lowering(aten.relu)
+def relu(x):
+    return jnp.maximum(x, jnp.zeros((), x.dtype)) if x.dtype != jnp.bool_ else x
+
+
+_SQRT_2 = math.sqrt(2.0)
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
 @lowering(aten.gelu)
 def gelu(x, approximate="none"):
-    return jax.nn.gelu(x, approximate=approximate == "tanh")
+    (v,), result = _floating(x)
+    if approximate == "tanh":
+        inner = _SQRT_2_OVER_PI * (v + 0.044715 * v * v * v)
+        return (0.5 * v * (1 + jnp.tanh(inner))).astype(result)
+    return (0.5 * v * (1 + jax.scipy.special.erf(v / _SQRT_2))).astype(result)
+
+
+@lowering(aten.gelu_backward)
+def gelu_backward(grad, x, approximate="none"):
+    (g, v), result = _floating(grad, x)
+    if approximate == "tanh":
+        inner = _SQRT_2_OVER_PI * (v + 0.044715 * v * v * v)
+        t = jnp.tanh(inner)
+        d_inner = _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * v * v)
+        derivative = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * d_inner
+    else:
+        cdf = 0.5 * (1 + jax.scipy.special.erf(v / _SQRT_2))
+        pdf = jnp.exp(-0.5 * v * v) / math.sqrt(2 * math.pi)
+        derivative = cdf + v * pdf
+    return (g * derivative).astype(result)
 
 
 @lowering(aten.silu)
 def silu(x):
-    return jax.nn.silu(x)
+    (v,), result = _floating(x)
+    return (v * jax.nn.sigmoid(v)).astype(result)
+
+
+@lowering(aten.silu_backward)
+def silu_backward(grad, x):
+    (g, v), result = _floating(grad, x)
+    s = jax.nn.sigmoid(v)
+    return (g * s * (1 + v * (1 - s))).astype(result)
+
+
+@lowering(aten.sigmoid_backward)
+def sigmoid_backward(grad, out):
+    (g, y), result = _floating(grad, out)
+    return (g * y * (1 - y)).astype(result)
+
+
+@lowering(aten.tanh_backward)
+def tanh_backward(grad, out):
+    (g, y), result = _floating(grad, out)
+    return (g * (1 - y * y)).astype(result)
+
+
+@lowering(aten.threshold)
+def threshold(x, threshold, value):
+    computation, result = promote(x, threshold, value)
+    return jnp.where(x <= threshold, cast(value, result), cast(x, result))
+
+
+@lowering(aten.threshold_backward)
+def threshold_backward(grad, x, threshold):
+    return jnp.where(x <= threshold, jnp.zeros((), grad.dtype), grad)
 
 
 @lowering(aten.leaky_relu)
 def leaky_relu(x, negative_slope=0.01):
-    return jnp.where(x > 0, x, x * negative_slope)
+    (v,), result = _floating(x)
+    return jnp.where(v > 0, v, v * negative_slope).astype(result)
+
+
+@lowering(aten.leaky_relu_backward)
+def leaky_relu_backward(grad, x, negative_slope, self_is_result):
+    return jnp.where(x > 0, grad, grad * negative_slope).astype(grad.dtype)
 
 
 @lowering(aten.hardtanh)
 def hardtanh(x, min_val=-1.0, max_val=1.0):
-    return jnp.clip(x, min_val, max_val)
+    # the bounds take the tensor's dtype (no promotion, unlike clamp)
+    return jnp.clip(x, cast(min_val, x.dtype), cast(max_val, x.dtype))
 
 
-# ----------------------------------------------------------------- conversions
-@lowering(aten._to_copy)
-def to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
-            memory_format=None):
-    return x if dtype is None else x.astype(jax_dtype(dtype))
+@lowering(aten.hardtanh_backward)
+def hardtanh_backward(grad, x, min_val, max_val):
+    return jnp.where((x <= min_val) | (x >= max_val), jnp.zeros((), grad.dtype), grad)
 
 
-@lowering(aten.clone, aten.alias, aten.lift_fresh_copy)
-def clone(x, memory_format=None):
-    return x
+@lowering(aten.elu)
+def elu(x, alpha=1.0, scale=1.0, input_scale=1.0):
+    (v,), result = _floating(x)
+    negative = alpha * jnp.expm1(v * input_scale)
+    return (scale * jnp.where(v > 0, v, negative)).astype(result)
 
 
-# ------------------------------------------------------------------ reductions
-@lowering(aten.sum)
-def sum_(x, dim=None, keepdim=False, dtype=None):
-    out = jnp.sum(x, axis=_dims(dim, x.ndim), keepdims=keepdim,
-                  dtype=jax_dtype(dtype) if dtype is not None else None)
-    if dtype is None and x.dtype in (jnp.bool_, jnp.int32, jnp.int16, jnp.int8, jnp.uint8):
-        out = out.astype(jnp.int64)
-    return out
-
-
-@lowering(aten.mean)
-def mean(x, dim=None, keepdim=False, dtype=None):
-    return jnp.mean(x, axis=_dims(dim, x.ndim), keepdims=keepdim,
-                    dtype=jax_dtype(dtype) if dtype is not None else None)
-
-
-@lowering(aten.prod)
-def prod(x, dim=None, keepdim=False, dtype=None):
-    return jnp.prod(x, axis=_dims(dim, x.ndim), keepdims=keepdim)
-
-
-@lowering(aten.amax)
-def amax(x, dim=(), keepdim=False):
-    return jnp.max(x, axis=_dims(dim, x.ndim), keepdims=keepdim)
-
-
-@lowering(aten.amin)
-def amin(x, dim=(), keepdim=False):
-    return jnp.min(x, axis=_dims(dim, x.ndim), keepdims=keepdim)
-
-
-@lowering(aten.argmax)
-def argmax(x, dim=None, keepdim=False):
-    if dim is None:
-        return jnp.argmax(x.reshape(-1)).astype(jnp.int64)
-    return jnp.argmax(x, axis=dim, keepdims=keepdim).astype(jnp.int64)
-
-
-@lowering(aten.argmin)
-def argmin(x, dim=None, keepdim=False):
-    if dim is None:
-        return jnp.argmin(x.reshape(-1)).astype(jnp.int64)
-    return jnp.argmin(x, axis=dim, keepdims=keepdim).astype(jnp.int64)
-
-
-@lowering(aten.any)
-def any_(x, dim=None, keepdim=False):
-    return jnp.any(x, axis=_dims(dim, x.ndim), keepdims=keepdim)
-
-
-@lowering(aten.all)
-def all_(x, dim=None, keepdim=False):
-    return jnp.all(x, axis=_dims(dim, x.ndim), keepdims=keepdim)
-
-
-@lowering(aten.var)
-def var(x, dim=None, *, correction=None, keepdim=False):
-    ddof = 1 if correction is None else correction
-    return jnp.var(x, axis=_dims(dim, x.ndim), ddof=ddof, keepdims=keepdim)
-
-
-@lowering(aten.cumsum)
-def cumsum(x, dim, dtype=None):
-    out = jnp.cumsum(x, axis=dim, dtype=jax_dtype(dtype) if dtype is not None else None)
-    if dtype is None and not jnp.issubdtype(x.dtype, jnp.inexact):
-        out = out.astype(jnp.int64)
-    return out
-
-
-# ------------------------------------------------------------- linear algebra
-@lowering(aten.mm, aten.bmm, aten.matmul)
-def mm(x, y):
-    return jnp.matmul(x, y, preferred_element_type=None)
-
-
-@lowering(aten.addmm)
-def addmm(bias, x, y, beta=1, alpha=1):
-    out = jnp.matmul(x, y)
-    if alpha != 1:
-        out = out * alpha
-    return out + (bias if beta == 1 else bias * beta)
-
-
-@lowering(aten.baddbmm)
-def baddbmm(bias, x, y, beta=1, alpha=1):
-    return addmm(bias, x, y, beta, alpha)
-
-
-# ----------------------------------------------------------- shapes and views
-@lowering(aten.view, aten._unsafe_view, aten.reshape)
-def view(x, shape):
-    return jnp.reshape(x, tuple(shape))
-
-
-@lowering(aten.permute)
-def permute(x, dims):
-    return jnp.transpose(x, tuple(dims))
-
-
-@lowering(aten.t)
-def t(x):
-    return x.T
-
-
-@lowering(aten.transpose)
-def transpose(x, dim0, dim1):
-    return jnp.swapaxes(x, dim0, dim1)
-
-
-@lowering(aten.expand)
-def expand(x, shape, implicit=False):
-    shape = tuple(x.shape[i - (len(shape) - x.ndim)] if s == -1 else s for i, s in enumerate(shape))
-    return jnp.broadcast_to(x, shape)
-
-
-@lowering(aten.unsqueeze)
-def unsqueeze(x, dim):
-    return jnp.expand_dims(x, dim % (x.ndim + 1))
-
-
-@lowering(aten.squeeze)
-def squeeze(x, dim=None):
-    if dim is None:
-        return jnp.squeeze(x)
-    dims = tuple(d % x.ndim for d in ([dim] if isinstance(dim, int) else dim) if x.shape[d] == 1) if x.ndim else ()
-    return jnp.squeeze(x, axis=dims) if dims else x
-
-
-@lowering(aten.slice)
-def slice_(x, dim=0, start=None, end=None, step=1):
-    index = [slice(None)] * x.ndim
-    index[dim] = slice(start, end if end is None or end < 2**62 else None, step)
-    return x[tuple(index)]
-
-
-@lowering(aten.select)
-def select(x, dim, index):
-    return jnp.take(x, index, axis=dim)
-
-
-@lowering(aten.cat)
-def cat(tensors, dim=0):
-    tensors = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or tensors[:1]
-    return jnp.concatenate(tensors, axis=dim)
-
-
-@lowering(aten.split_with_sizes)
-def split_with_sizes(x, sizes, dim=0):
-    offsets = np.cumsum(sizes)[:-1].tolist()
-    return tuple(jnp.split(x, offsets, axis=dim))
-
-
-@lowering(aten.split)
-def split(x, split_size, dim=0):
-    size = x.shape[dim]
-    if isinstance(split_size, int):
-        sizes = [split_size] * (size // split_size) + ([size % split_size] if size % split_size else [])
+@lowering(aten.elu_backward)
+def elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result):
+    (g, v), result = _floating(grad, self_or_result)
+    if is_result:
+        negative = g * input_scale * (v + alpha * scale)
     else:
-        sizes = split_size
-    return split_with_sizes(x, sizes, dim)
+        negative = g * input_scale * scale * alpha * jnp.exp(v * input_scale)
+    return jnp.where(v > 0, g * scale, negative).astype(result)
 
 
-@lowering(aten.index_select)
-def index_select(x, dim, index):
-    return jnp.take(x, index, axis=dim)
+@lowering(aten.softplus)
+def softplus(x, beta=1.0, threshold=20.0):
+    (v,), result = _floating(x)
+    scaled = v * beta
+    return jnp.where(scaled > threshold, v, jnp.log1p(jnp.exp(scaled)) / beta).astype(result)
 
 
-@lowering(aten.embedding)
-def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    return jnp.take(weight, indices, axis=0)
+@lowering(aten.softplus_backward)
+def softplus_backward(grad, x, beta, threshold):
+    (g, v), result = _floating(grad, x)
+    scaled = v * beta
+    return jnp.where(scaled > threshold, g, g * jax.nn.sigmoid(scaled)).astype(result)
 
 
-@lowering(aten.gather)
-def gather(x, dim, index, sparse_grad=False):
-    return jnp.take_along_axis(x, index, axis=dim)
+@lowering(aten.hardsigmoid)
+def hardsigmoid(x):
+    (v,), result = _floating(x)
+    return (jnp.clip(v + 3, 0, 6) / 6).astype(result)
 
 
-@lowering(aten.constant_pad_nd)
-def constant_pad_nd(x, pad, value=0):
-    widths = [(0, 0)] * x.ndim
-    for i in range(len(pad) // 2):
-        widths[x.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
-    if any(lo < 0 or hi < 0 for lo, hi in widths):
-        config = [(lo, hi, 0) for lo, hi in widths]
-        return jax.lax.pad(x, jnp.asarray(value, x.dtype), config)
-    return jnp.pad(x, widths, constant_values=value)
+@lowering(aten.hardsigmoid_backward)
+def hardsigmoid_backward(grad, x):
+    (g, v), result = _floating(grad, x)
+    return jnp.where((v > -3) & (v < 3), g / 6, 0).astype(result)
 
 
-# ------------------------------------------------------------------ creation
-@lowering(aten.full)
-def full(size, fill_value, dtype=None, layout=None, device=None, pin_memory=None):
-    if dtype is None:
-        dtype = torch.get_default_dtype() if isinstance(fill_value, float) else (
-            torch.bool if isinstance(fill_value, bool) else torch.int64)
-    return jnp.full(tuple(size), fill_value, jax_dtype(dtype))
+@lowering(aten.hardswish)
+def hardswish(x):
+    (v,), result = _floating(x)
+    return (v * jnp.clip(v + 3, 0, 6) / 6).astype(result)
 
 
-@lowering(aten.scalar_tensor)
-def scalar_tensor(value, dtype=None, layout=None, device=None, pin_memory=None):
-    return jnp.asarray(value, jax_dtype(dtype or torch.get_default_dtype()))
+@lowering(aten.hardswish_backward)
+def hardswish_backward(grad, x):
+    (g, v), result = _floating(grad, x)
+    inner = jnp.where(v < 3, g * (2 * v + 3) / 6, g)
+    return jnp.where(v <= -3, 0, inner).astype(result)
 
 
-@lowering(aten.arange)
-def arange(start, end=None, step=1, dtype=None, layout=None, device=None, pin_memory=None):
-    if end is None:
-        start, end = 0, start
-    if dtype is None:
-        dtype = torch.int64 if all(isinstance(v, int) for v in (start, end, step)) else torch.get_default_dtype()
-    return jnp.arange(start, end, step, dtype=jax_dtype(dtype))
+@lowering(aten.mish)
+def mish(x):
+    (v,), result = _floating(x)
+    return (v * jnp.tanh(jax.nn.softplus(v))).astype(result)
 
 
-@lowering(aten.zeros_like)
-def zeros_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    return jnp.zeros(x.shape, jax_dtype(dtype) if dtype is not None else x.dtype)
+@lowering(aten.log_sigmoid_forward)
+def log_sigmoid_forward(x):
+    (v,), result = _floating(x)
+    buffer = jnp.exp(-jnp.abs(v))  # what PyTorch's CPU kernel saves for the backward
+    out = jnp.minimum(v, 0) - jnp.log1p(buffer)
+    return out.astype(result), buffer.astype(result)
 
 
-@lowering(aten.ones_like)
-def ones_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    return jnp.ones(x.shape, jax_dtype(dtype) if dtype is not None else x.dtype)
+@lowering(aten.log_sigmoid_backward)
+def log_sigmoid_backward(grad, x, buffer):
+    (g, v), result = _floating(grad, x)
+    return (g * jax.nn.sigmoid(-v)).astype(result)
 
 
-@lowering(aten.full_like)
-def full_like(x, fill_value, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    return jnp.full(x.shape, fill_value, jax_dtype(dtype) if dtype is not None else x.dtype)
+@lowering(aten.logit)
+def logit(x, eps=None):
+    (v,), result = _floating(x)
+    if eps is not None:
+        v = jnp.clip(v, eps, 1 - eps)
+    return jnp.log(v / (1 - v)).astype(result)
 
 
-# ---------------------------------------------------------- softmax and norms
-@lowering(aten._softmax)
-def softmax(x, dim, half_to_float=False):
-    return jax.nn.softmax(x, axis=dim)
+@lowering(aten.logit_backward)
+def logit_backward(grad, x, eps=None):
+    (g, v), result = _floating(grad, x)
+    out = g / (v * (1 - v))
+    if eps is None:
+        out = jnp.where((v < 0) | (v > 1), jnp.nan, out)
+    else:
+        out = jnp.where((v < eps) | (v > 1 - eps), 0, out)
+    return out.astype(result)
 
 
-@lowering(aten._log_softmax)
-def log_softmax(x, dim, half_to_float=False):
-    return jax.nn.log_softmax(x, axis=dim)
+@lowering(aten._prelu_kernel)
+def prelu_kernel(x, weight):
+    return jnp.where(x > 0, x, weight * x).astype(x.dtype)
 
 
-@lowering(aten._softmax_backward_data)
-def softmax_backward(grad, out, dim, input_dtype):
-    return out * (grad - jnp.sum(grad * out, axis=dim, keepdims=True))
+@lowering(aten._prelu_kernel_backward)
+def prelu_kernel_backward(grad, x, weight):
+    return (jnp.where(x > 0, grad, weight * grad).astype(x.dtype),
+            jnp.where(x > 0, 0, x * grad).astype(weight.dtype))
 
 
-@lowering(aten._log_softmax_backward_data)
-def log_softmax_backward(grad, out, dim, input_dtype):
-    return grad - jnp.exp(out) * jnp.sum(grad, axis=dim, keepdims=True)
+# ------------------------------------------------------------- matrix products
+def _matmul(x, y):
+    dtype = jnp.result_type(x, y)
+    if dtype in (jnp.float16, jnp.bfloat16):
+        return jnp.matmul(x, y, preferred_element_type=jnp.float32), dtype
+    return jnp.matmul(x, y), dtype
 
 
-@lowering(aten.native_layer_norm)
-def native_layer_norm(x, normalized_shape, weight, bias, eps):
-    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
-    mean_ = jnp.mean(x, axis=axes, keepdims=True)
-    var_ = jnp.mean(jnp.square(x - mean_), axis=axes, keepdims=True)
-    rstd = jax.lax.rsqrt(var_ + eps)
-    out = (x - mean_) * rstd
-    if weight is not None:
-        out = out * weight
-    if bias is not None:
-        out = out + bias
-    return out, mean_, rstd
+@lowering(aten.mm, aten.bmm, aten.mv, aten.dot)
+def mm(x, y):
+    out, dtype = _matmul(x, y)
+    return out.astype(dtype)
 
 
-@lowering(aten.copy)
-def copy(dst, src, non_blocking=False):
-    return jnp.broadcast_to(src, dst.shape).astype(dst.dtype)
+@lowering(aten.vdot)
+def vdot(x, y):
+    return mm(jnp.conj(x), y)
+
+
+def _add_scaled(product, dtype, bias, beta, alpha):
+    if not is_float(dtype):  # PyTorch casts alpha and beta to the integer dtype
+        alpha, beta = int(alpha), int(beta)
+    out = product if alpha == 1 else product * alpha
+    if beta != 0:
+        bias = bias.astype(out.dtype)
+        out = out + (bias if beta == 1 else bias * beta)
+    return out.astype(dtype)
+
+
+@lowering(aten.addmm, aten.baddbmm, aten.addmv)
+def addmm(bias, x, y, beta=1, alpha=1):
+    product, dtype = _matmul(x, y)
+    return _add_scaled(product, dtype, bias, beta, alpha)
+
+
+@lowering(aten.addbmm)
+def addbmm(bias, x, y, beta=1, alpha=1):
+    product, dtype = _matmul(x, y)
+    return _add_scaled(product.sum(0), dtype, bias, beta, alpha)
+
+
+@lowering(aten.addr)
+def addr(bias, x, y, beta=1, alpha=1):
+    return _add_scaled(jnp.outer(x, y), jnp.result_type(x, y), bias, beta, alpha)
+
+
+# ------------------------------------------------------------ _foreach_ ops
+# Optimizers (foreach=True, the default on accelerators) keep lists of tensors;
+# each _foreach_ overload applies the plain op element by element. List
+# arguments (Tensor[] / Scalar[]) are zipped; `Tensor scalars` holds one value
+# per element; everything else is shared.
+_FOREACH_BASE = {"norm": aten.linalg_vector_norm, "max": aten.amax, "zero": aten.zeros_like,
+                 "clone": aten.clone, "copy": aten.copy}
+
+
+def _foreach_lowering(overload, base):
+    schema = overload._schema
+    positional = [a for a in schema.arguments if not a.kwarg_only]
+    zipped = {a.name for a in schema.arguments if str(a.type) in ("List[Tensor]", "List[number]")}
+    per_element = {a.name for a in schema.arguments if a.name == "scalars" and str(a.type) == "Tensor"}
+
+    def lower(*args, **kwargs):
+        named = dict(zip([a.name for a in positional], args))
+        named.update(kwargs)
+        length = len(next(named[n] for n in named if n in zipped))
+        results = []
+        for i in range(length):
+            def pick(name, value):
+                if name in zipped:
+                    return value[i]
+                if name in per_element:
+                    return value[i]
+                return value
+
+            values = {n: pick(n, v) for n, v in named.items()}
+            call_args = [values[a.name] for a in positional if a.name in values]
+            call_kwargs = {a.name: values[a.name] for a in schema.arguments if a.kwarg_only and a.name in values}
+            if base is aten.linalg_vector_norm:  # _foreach_norm(self, ord, dtype)
+                call_args, call_kwargs = call_args[:2], {"dtype": values.get("dtype")}
+            if base is aten.copy:
+                call_kwargs = {}
+                call_args = call_args[:2]
+            results.append(LOWERINGS[base](*call_args, **call_kwargs))
+        return results
+
+    return lower
+
+
+def _register_foreach():
+    names = sorted({
+        name.split("::")[1].split(".")[0] for name in torch._C._dispatch_get_all_op_names()
+        if name.startswith("aten::_foreach_") and not name.split(".")[0].endswith("_")
+    })
+    for name in names:
+        base = _FOREACH_BASE.get(name[len("_foreach_"):]) or getattr(aten, name[len("_foreach_"):], None)
+        if base is None or base not in LOWERINGS:
+            continue
+        packet = getattr(aten, name)
+        for overload_name in packet.overloads():
+            if "out" in overload_name:
+                continue
+            overload = getattr(packet, overload_name)
+            LOWERINGS[overload] = _foreach_lowering(overload, base)
+
+
+# The other modules register the remaining ops; _foreach_ ops come last since
+# they wrap the plain lowerings.
+from torch_neuronx.lowering import nn, reductions, shapes  # noqa: E402,F401
+
+_register_foreach()

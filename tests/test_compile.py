@@ -237,3 +237,12 @@ def test_custom_op_inside_a_compiled_region_splits_the_graph():
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-5, atol=1e-5)
     assert get_dynamo_metrics()["compiles"] >= 2  # the pieces around the custom op
+
+
+def test_tensor_constants_created_in_the_function_are_compiled():
+    def f(x):
+        return torch.where(x > 0, x, torch.tensor(-1e9, device=x.device))
+
+    x = torch.randn(8, device=DEVICE)
+    out = torch.compile(f, backend="neuron", fullgraph=True)(x)
+    torch.testing.assert_close(out, f(x))

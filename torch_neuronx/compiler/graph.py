@@ -112,6 +112,9 @@ class CompiledGraph:
             for node in self.gm.graph.nodes:
                 if node.op == "placeholder":
                     env[node] = lowering.narrow_input(next(placeholders))
+                elif node.op == "get_attr":  # tensor constants made inside the function
+                    constant = getattr(self.gm, node.target)
+                    env[node] = lowering.narrow_input(_as_jax(constant.detach().cpu().contiguous()))
                 elif node.op == "call_function":
                     if node in replaced:
                         env[node] = env[replaced[node]]

@@ -151,22 +151,21 @@ for _op, _fn in [(aten.logical_and, jnp.logical_and), (aten.logical_or, jnp.logi
     lowering(_op)(_logical(_fn))
 
 
-@lowering(aten.add)
-def add(x, y, alpha=1):
-    computation, result = promote(x, y)
-    y = cast(y, computation)
-    if alpha != 1:
-        y = y * cast(alpha, computation)
-    return jnp.add(cast(x, computation), y).astype(result)
+def _with_alpha(combine):
+    """add/sub: promote, scale the second operand by alpha, combine, cast."""
+
+    def lower(x, y, alpha=1):
+        computation, result = promote(x, y)
+        y = cast(y, computation)
+        if alpha != 1:
+            y = y * cast(alpha, computation)
+        return combine(cast(x, computation), y).astype(result)
+
+    return lower
 
 
-@lowering(aten.sub)
-def sub(x, y, alpha=1):
-    computation, result = promote(x, y)
-    y = cast(y, computation)
-    if alpha != 1:
-        y = y * cast(alpha, computation)
-    return jnp.subtract(cast(x, computation), y).astype(result)
+add = lowering(aten.add)(_with_alpha(jnp.add))
+sub = lowering(aten.sub)(_with_alpha(jnp.subtract))
 
 
 @lowering(aten.rsub)

@@ -394,6 +394,14 @@ for _n in (2, 3):
     lowering(getattr(aten, f"max_pool{_n}d_with_indices_backward"))(_max_pool_backward(_n))
 
 
+def _window_sizes(counts):
+    """Elements per pooling window: outer product of the per-axis counts."""
+    divisor = counts[0]
+    for c in counts[1:]:
+        divisor = np.multiply.outer(divisor, c)
+    return divisor
+
+
 def _avg_pool(spatial):
     def lower(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
               divisor_override=None):
@@ -419,9 +427,7 @@ def _avg_pool(spatial):
                     counts.append(end - start)
                 else:
                     counts.append(np.minimum(end, n) - np.maximum(start, 0))
-            divisor = counts[0]
-            for c in counts[1:]:
-                divisor = np.multiply.outer(divisor, c)
+            divisor = _window_sizes(counts)
         return (total / jnp.asarray(divisor, v.dtype)).astype(x.dtype)
 
     return lower
@@ -462,9 +468,7 @@ def _adaptive_avg(spatial):
             member = ((np.arange(n)[None, :] >= start[:, None]) & (np.arange(n)[None, :] < end[:, None]))
             v = jnp.moveaxis(jnp.tensordot(v, jnp.asarray(member.T, v.dtype), axes=([axis], [0])), -1, axis)
             counts.append(end - start)
-        divisor = counts[0]
-        for c in counts[1:]:
-            divisor = np.multiply.outer(divisor, c)
+        divisor = _window_sizes(counts)
         return (v / jnp.asarray(divisor, v.dtype)).astype(x.dtype)
 
     return lower

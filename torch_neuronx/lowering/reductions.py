@@ -233,20 +233,20 @@ def _scan_dtype(x, dtype):
     return _sum_dtype(x, dtype)
 
 
-@lowering(aten.cumsum)
-def cumsum(x, dim, dtype=None):
-    out = _scan_dtype(x, dtype)
-    if x.ndim == 0:
-        return x.astype(out)
-    return jnp.cumsum(x.astype(acc_dtype(out)), axis=dim % x.ndim).astype(out)
+def _scan(accumulate):
+    """cumsum/cumprod: PyTorch's result dtype, accumulated in a wide type."""
+
+    def lower(x, dim, dtype=None):
+        out = _scan_dtype(x, dtype)
+        if x.ndim == 0:
+            return x.astype(out)
+        return accumulate(x.astype(acc_dtype(out)), axis=dim % x.ndim).astype(out)
+
+    return lower
 
 
-@lowering(aten.cumprod)
-def cumprod(x, dim, dtype=None):
-    out = _scan_dtype(x, dtype)
-    if x.ndim == 0:
-        return x.astype(out)
-    return jnp.cumprod(x.astype(acc_dtype(out)), axis=dim % x.ndim).astype(out)
+cumsum = lowering(aten.cumsum)(_scan(jnp.cumsum))
+cumprod = lowering(aten.cumprod)(_scan(jnp.cumprod))
 
 
 @lowering(aten.logcumsumexp)

@@ -75,6 +75,9 @@ from torch_neuronx.ops import (  # noqa: E402
     get_fallback_ops,
 )
 from torch_neuronx import distributed  # noqa: E402, F401  (registers the "neuron" c10d backend)
+from torch_neuronx import integrations  # noqa: E402
+
+integrations.install()  # patches HF libraries' neuron gaps when (if ever) they are imported
 
 
 def get_dynamo_metrics() -> dict:

@@ -1,0 +1,5 @@
+"""Imports every patch module so that its ``@patches`` registrations take effect.
+
+One module per patched library; add new ones here."""
+
+from torch_neuronx.integrations import accelerate  # noqa: F401

@@ -220,7 +220,7 @@ def render(steps, compiles, command: str) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="few rounds, no compile-time section")
-    parser.add_argument("--write", action="store_true", help="append the tables to benchmarks/RESULTS.md")
+    parser.add_argument("--write", action="store_true", help="rewrite its section of benchmarks/RESULTS.md")
     parser.add_argument("--json", help="write the raw results here")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -233,13 +233,10 @@ def main(argv=None) -> int:
         with open(args.json, "w") as handle:
             json.dump({"steps": steps, "compile": compiles}, handle, indent=2)
     if args.write:
-        path = os.path.join(HERE, "RESULTS.md")
-        marker = "## torch.compile(backend=\"neuron\")"
-        existing = open(path).read() if os.path.exists(path) else ""
-        if marker in existing:
-            existing = existing[: existing.index(marker)].rstrip() + "\n\n"
-        with open(path, "w") as handle:
-            handle.write(existing + text)
+        sys.path.insert(0, HERE)
+        from results_file import write_section
+
+        write_section("compile", text)
     return 0
 
 

@@ -40,3 +40,34 @@ def test_bench_eager_quick_runs(tmp_path):
     # Without --write the checked-in results are left alone.
     after = results_md.read_bytes() if results_md.exists() else None
     assert before == after
+
+
+def test_bench_distributed_quick_runs(tmp_path):
+    """2 ranks, 1 and 4 MiB: both sides report a bandwidth, the all_reduce sums are
+    right and DDP on neuron ends with the same parameters as DDP on CPU."""
+    out = tmp_path / "dist.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_distributed.py"), "--quick", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())["2"]
+    assert result["correct"]
+    assert [case["mib"] for case in result["allreduce"]] == [1, 4]
+    for case in result["allreduce"]:
+        assert math.isfinite(case["ratio"]) and case["neuron_busbw_gbs"] > 0 and case["cpu_busbw_gbs"] > 0
+    assert result["ddp"]["params_match"]
+    assert result["ddp"]["neuron_s"] > 0 and result["ddp"]["cpu_s"] > 0
+
+
+def test_results_sections_are_replaced_not_appended(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from results_file import write_section
+
+    path = tmp_path / "RESULTS.md"
+    write_section("a", "## A\nold", path)
+    write_section("b", "## B\nkept", path)
+    write_section("a", "## A\nnew", path)
+    text = path.read_text()
+    assert "new" in text and "old" not in text and "kept" in text
+    assert text.index("## A") < text.index("## B")

@@ -76,6 +76,7 @@ from torch_neuronx.ops import (  # noqa: E402
 )
 from torch_neuronx import distributed  # noqa: E402, F401  (registers the "neuron" c10d backend)
 from torch_neuronx import integrations  # noqa: E402
+from torch_neuronx.nki_ops import nki_op, wrap_nki  # noqa: E402  (torch_neuronx.nki itself loads on first import)
 
 integrations.install()  # patches HF libraries' neuron gaps when (if ever) they are imported
 
@@ -98,6 +99,6 @@ __all__ = [
     "device", "device_count", "empty_cache", "get_device_properties", "get_dynamo_metrics",
     "get_executed_ops", "get_fallback_ops", "is_available", "max_memory_allocated",
     "max_memory_reserved", "memory_allocated", "memory_reserved", "memory_stats",
-    "memory_summary", "reset_dynamo_metrics", "reset_peak_memory_stats", "set_device",
-    "set_stream", "stream", "synchronize",
+    "memory_summary", "nki_op", "reset_dynamo_metrics", "reset_peak_memory_stats", "set_device",
+    "set_stream", "stream", "synchronize", "wrap_nki",
 ]

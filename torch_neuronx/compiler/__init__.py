@@ -85,12 +85,16 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
     _check_inputs(example_inputs)
     from torch._decomp import core_aten_decompositions
     from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     backend = aot_autograd(
         fw_compiler=_compiler("forward"),
         bw_compiler=_compiler("backward"),
         inference_compiler=_compiler("inference"),
         decompositions=core_aten_decompositions(),
+        # Recompute cheap ops (transposes, activations) in the backward graph
+        # instead of saving them: fewer forward outputs to materialize and export.
+        partition_fn=min_cut_rematerialization_partition,
         keep_inference_input_mutations=True,
     )
     return backend(gm, example_inputs)

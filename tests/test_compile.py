@@ -1,6 +1,7 @@
 """torch.compile(backend="neuron"): whole graphs lowered to StableHLO and run by
 XLA, compared against eager execution on the same device."""
 
+import os
 import copy
 import warnings
 
@@ -74,8 +75,12 @@ def test_recompiles_per_new_shape_and_caches_seen_shapes():
         first = get_dynamo_metrics()["compiles"]
         model(torch.randn(4, 16, device=DEVICE))
         assert get_dynamo_metrics()["compiles"] == first
+        recompiles = get_dynamo_metrics()["recompiles"]
         model(torch.randn(6, 16, device=DEVICE))
-        assert get_dynamo_metrics()["compiles"] == first + 1
+        metrics = get_dynamo_metrics()
+        assert metrics["compiles"] == first + 1
+        assert metrics["recompiles"] == recompiles + 1
+        assert "size" in metrics["recompile_reasons"][-1]  # the guard on the batch size failed
 
 
 def test_dynamic_true_is_rejected_with_a_clear_error():
@@ -246,3 +251,20 @@ def test_tensor_constants_created_in_the_function_are_compiled():
     x = torch.randn(8, device=DEVICE)
     out = torch.compile(f, backend="neuron", fullgraph=True)(x)
     torch.testing.assert_close(out, f(x))
+
+
+def test_log_level_env_var_shows_compiles_and_rejects_unknown_levels():
+    import subprocess
+    import sys
+
+    script = ("import torch\n"
+              "m = torch.compile(torch.nn.Linear(4, 4).to('neuron'), backend='neuron')\n"
+              "m(torch.randn(2, 4, device='neuron'))\n")
+    env = dict(os.environ, TORCH_NEURONX_LOG_LEVEL="info")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "[torch_neuronx.compiler INFO] compiled the forward graph" in out.stderr
+    env["TORCH_NEURONX_LOG_LEVEL"] = "loud"
+    out = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and "TORCH_NEURONX_LOG_LEVEL='LOUD' is not a log level" in out.stderr

@@ -44,6 +44,9 @@ def _register_device() -> None:
 
 
 if torch._C._get_privateuse1_backend_name() != "neuron":
+    from torch_neuronx import log as _log
+
+    _log.configure()
     _register_device()
 
 from torch_neuronx.device import (  # noqa: E402  (public API, torch_neuronx.* mirrors torch.neuron.*)

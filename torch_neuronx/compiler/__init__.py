@@ -71,8 +71,31 @@ def _compiler(kind: str):
     return compile_fn
 
 
+def _watch_recompiles() -> None:
+    """Records Dynamo's recompile reasons (guard failures) for frames compiled by
+    this backend, for get_dynamo_metrics()["recompile_reasons"]. Dynamo computes
+    the reasons in convert_frame before recompiling; this wraps that call."""
+    from torch._dynamo import convert_frame
+
+    original = convert_frame.get_and_maybe_log_recompilation_reasons
+    if getattr(original, "_neuron_watch", False):
+        return
+
+    def reasons_and_record(cache_entries, frame, backend, *args, **kwargs):
+        reasons = original(cache_entries, frame, backend, *args, **kwargs)
+        if getattr(backend, "compiler_fn", backend) is neuron_backend:  # torch.compile wraps backends
+            code = frame.f_code
+            first = reasons[0].splitlines()[0] if reasons else "unknown guard failure"
+            metrics.record_recompile(f"{code.co_name} ({code.co_filename}:{code.co_firstlineno}): {first}")
+        return reasons
+
+    reasons_and_record._neuron_watch = True
+    convert_frame.get_and_maybe_log_recompilation_reasons = reasons_and_record
+
+
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None, **kwargs):
     """The Dynamo backend registered as "neuron"."""
+    _watch_recompiles()
     if mode not in (None, "default") and mode not in _warned_modes:
         _warned_modes.add(mode)
         warnings.warn(

@@ -160,7 +160,7 @@ class CompiledGraph:
         lowered = self._jitted.lower(seed, *[_as_jax(h) if isinstance(h, torch.Tensor) else h for h in host])
         artifacts.write(self.name, self.gm.code, lowered.as_text())
         executable = lowered.compile()
-        metrics.record_compile(time.perf_counter() - start)
+        metrics.record_compile(time.perf_counter() - start, self.name)
         with _EXECUTABLES_LOCK:
             _EXECUTABLES[key] = executable
         return executable

@@ -5,31 +5,39 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
+from torch_neuronx.log import get_logger
+
+_log = get_logger("compiler")
+
 _lock = threading.Lock()
 _counts: Counter = Counter()
 _compile_seconds = [0.0]
 _recompile_reasons: list[str] = []
 
 
-def record_compile(seconds: float) -> None:
+def record_compile(seconds: float, name: str = "graph") -> None:
     with _lock:
         _counts["compiles"] += 1
         _compile_seconds[0] += seconds
+    _log.info("compiled the %s graph in %.3f s", name, seconds)
 
 
 def record_cache_hit(where: str) -> None:
     with _lock:
         _counts[f"cache_hits_{where}"] += 1
+    _log.debug("executable cache hit (%s)", where)
 
 
 def record_graph(kind: str) -> None:
     with _lock:
         _counts[f"{kind}_graphs"] += 1
+    _log.debug("received a %s graph from AOTAutograd", kind)
 
 
 def record_recompile(reason: str) -> None:
     with _lock:
         _recompile_reasons.append(reason)
+    _log.info("recompiling: %s", reason)
 
 
 def snapshot() -> dict:

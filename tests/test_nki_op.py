@@ -1,0 +1,200 @@
+"""NKI kernels as PyTorch ops (torch_neuronx.nki_op / wrap_nki): eager on neuron
+tensors against torch references, the per-signature compile cache, in-place
+outputs (mutates_args), autograd through register_autograd, and the op as one
+node inside torch.compile(backend="neuron"). Tolerance: float32 kernels
+compute in fp32 like torch, so 1e-5 unless stated."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import torch_neuronx
+from torch_neuronx import nki, nki_op, wrap_nki
+import torch_neuronx.nki.isa as nisa
+import torch_neuronx.nki.language as nl
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "nki"
+DEVICE = "neuron"
+
+
+def _example(name: str):
+    spec = importlib.util.spec_from_file_location(f"nki_example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+ADD = _example("tensor_add").tensor_add_kernel
+RMSNORM = _example("rmsnorm").rmsnorm_kernel
+
+
+@nki_op("nki_test::add", mutates_args=())
+def nki_add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return ADD(a, b)
+
+
+@nki_op("nki_test::rmsnorm", mutates_args=())
+def nki_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return RMSNORM(x, weight, eps)
+
+
+def _rmsnorm_reference(x, weight, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def _rmsnorm_backward(ctx, grad):
+    x, weight = ctx.saved_tensors
+    with torch.enable_grad():
+        x_, w_ = x.detach().requires_grad_(), weight.detach().requires_grad_()
+        out = _rmsnorm_reference(x_, w_, ctx.eps)
+        gx, gw = torch.autograd.grad(out, (x_, w_), grad)
+    return gx, gw, None
+
+
+def _rmsnorm_setup(ctx, inputs, output):
+    x, weight, eps = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.eps = eps
+
+
+nki_rmsnorm.register_autograd(_rmsnorm_backward, setup_context=_rmsnorm_setup)
+
+
+def test_eager_op_on_neuron_matches_torch_and_caches_per_signature():
+    nki_add.nki_cache.clear()
+    a, b = torch.randn(200, 64, device=DEVICE), torch.randn(200, 64, device=DEVICE)
+    out = nki_add(a, b)
+    assert out.device == a.device and out.dtype == torch.float32
+    torch.testing.assert_close(out.cpu(), (a + b).cpu(), rtol=1e-6, atol=1e-6)
+    assert (nki_add.nki_cache.compiles, nki_add.nki_cache.hits) == (1, 0)
+    nki_add(torch.randn(200, 64, device=DEVICE), b)  # same signature: cached
+    assert (nki_add.nki_cache.compiles, nki_add.nki_cache.hits) == (1, 1)
+    nki_add(torch.randn(8, 64, device=DEVICE), torch.randn(8, 64, device=DEVICE))  # new shape
+    assert nki_add.nki_cache.compiles == 2
+
+
+def test_non_tensor_arguments_are_part_of_the_signature():
+    nki_rmsnorm.nki_cache.clear()
+    x, w = torch.randn(130, 96, device=DEVICE), torch.randn(96, device=DEVICE)
+    for eps in (1e-6, 1e-6, 1e-2):
+        torch.testing.assert_close(nki_rmsnorm(x, w, eps).cpu(), _rmsnorm_reference(x, w, eps).cpu(),
+                                   rtol=1e-5, atol=1e-5)
+    assert (nki_rmsnorm.nki_cache.compiles, nki_rmsnorm.nki_cache.hits) == (2, 1)
+
+
+def test_bf16_op():
+    a = torch.randn(128, 256, device=DEVICE, dtype=torch.bfloat16)
+    b = torch.randn(128, 256, device=DEVICE, dtype=torch.bfloat16)
+    out = nki_add(a, b)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.cpu(), (a.float() + b.float()).bfloat16().cpu(), rtol=1e-2, atol=1e-2)
+
+
+@nki.jit
+def _scale_into_kernel(x, out, factor):
+    tile = nl.load(x)
+    scaled = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+    nisa.tensor_scalar(scaled, tile, nl.multiply, factor)
+    nl.store(out, scaled)
+
+
+@nki_op("nki_test::scale_into", mutates_args={"out"})
+def nki_scale_into(x: torch.Tensor, out: torch.Tensor, factor: float) -> None:
+    _scale_into_kernel(x, out, factor)
+
+
+def test_mutates_args_writes_the_callers_tensor_in_place():
+    x = torch.randn(64, 32, device=DEVICE)
+    out = torch.zeros(64, 32, device=DEVICE)
+    ptr = out.data_ptr()
+    nki_scale_into(x, out, 3.0)
+    assert out.data_ptr() == ptr
+    torch.testing.assert_close(out.cpu(), (x * 3).cpu())
+
+
+def test_register_autograd_trains():
+    torch.manual_seed(0)
+    x = torch.randn(64, 48, device=DEVICE, requires_grad=True)
+    w = torch.randn(48, device=DEVICE, requires_grad=True)
+    nki_rmsnorm(x, w, 1e-5).square().sum().backward()
+    xr, wr = x.detach().cpu().requires_grad_(), w.detach().cpu().requires_grad_()
+    _rmsnorm_reference(xr, wr, 1e-5).square().sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), xr.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(w.grad.cpu(), wr.grad, rtol=1e-4, atol=1e-4)
+
+
+class _NormMLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(48, 96)
+        self.weight = torch.nn.Parameter(torch.ones(96))
+        self.down = torch.nn.Linear(96, 8)
+
+    def forward(self, x):
+        return self.down(nki_rmsnorm(torch.relu(self.up(x)), self.weight, 1e-5))
+
+
+def test_op_inside_torch_compile_forward_and_backward():
+    torch.manual_seed(0)
+    eager = _NormMLP().to(DEVICE)
+    compiled_model = _NormMLP().to(DEVICE)
+    compiled_model.load_state_dict(eager.state_dict())
+    compiled = torch.compile(compiled_model, backend="neuron", fullgraph=True)
+    x = torch.randn(16, 48, device=DEVICE)
+    torch_neuronx.reset_dynamo_metrics()
+    out_c, out_e = compiled(x), eager(x)
+    torch.testing.assert_close(out_c.cpu(), out_e.cpu(), rtol=1e-4, atol=1e-4)
+    out_c.sum().backward()
+    out_e.sum().backward()
+    for pc, pe in zip(compiled_model.parameters(), eager.parameters()):
+        torch.testing.assert_close(pc.grad.cpu(), pe.grad.cpu(), rtol=1e-4, atol=1e-4)
+    assert torch_neuronx.get_dynamo_metrics()["compiles"] >= 2  # the pieces around the op
+
+
+@nki.jit
+def _too_many_partitions_kernel(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    tile = nl.load(x)  # all rows in one tile: > 128 partitions for a tall input
+    nl.store(out, tile)
+    return out
+
+
+@nki_op("nki_test::too_tall", mutates_args=())
+def nki_too_tall(x: torch.Tensor) -> torch.Tensor:
+    return _too_many_partitions_kernel(x)
+
+
+def test_hardware_rule_violation_raises_in_eager_and_at_compile_time():
+    x = torch.randn(256, 4, device=DEVICE)
+    with pytest.raises(nki.NKIError, match="128"):
+        nki_too_tall(x)
+    compiled = torch.compile(lambda t: nki_too_tall(t) + 1, backend="neuron", fullgraph=True)
+    with pytest.raises(Exception, match="128"):
+        compiled(torch.randn(300, 4, device=DEVICE))  # a new signature, first seen while tracing
+
+
+def test_missing_annotations_give_a_clear_error():
+    with pytest.raises(TypeError, match="explicit type annotations for 'x', 'return'"):
+        @nki_op("nki_test::unannotated")
+        def unannotated(x):
+            return ADD(x, x)
+
+
+@nki.jit
+def _annotated_add_kernel(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return ADD(a, b)
+
+
+def test_wrap_nki_makes_a_kernel_an_op():
+    op = wrap_nki(_annotated_add_kernel, "nki_test::wrapped_add")
+    a, b = torch.randn(40, 16, device=DEVICE), torch.randn(40, 16, device=DEVICE)
+    torch.testing.assert_close(op(a, b).cpu(), (a + b).cpu())
+    assert torch.ops.nki_test.wrapped_add.default(a, b).shape == (40, 16)
+    with pytest.raises(TypeError, match="annotations"):
+        wrap_nki(ADD, "nki_test::unannotated_kernel")

@@ -1,0 +1,504 @@
+"""`nki.isa`: the instructions, destination first, executed on NumPy as they are issued.
+
+Every instruction checks the hardware rules (which engine may read/write which buffer, shapes,
+partition/free limits), computes in float32, casts into the destination's dtype, and records
+itself in the trace for the cost model.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+
+import numpy as np
+
+from . import dtypes as _dt
+from . import ops as _ops
+from .errors import NKIError
+from .runtime import PMAX, current
+from .tensor import NkiTensor, box
+
+engine = types.SimpleNamespace(tensor="tensor", vector="vector", scalar="scalar", gpsimd="gpsimd",
+                               dma="dma", unknown=None)
+
+_ENGINE_NAMES = {"tensor": "Tensor Engine", "vector": "Vector Engine", "scalar": "Scalar Engine",
+                 "gpsimd": "GpSimd Engine", "dma": "DMA"}
+# What each engine may read / write (REFERENCE.md §3).
+_READS = {"tensor": {"sbuf"}, "vector": {"sbuf", "psum"}, "scalar": {"sbuf", "psum"},
+          "gpsimd": {"sbuf"}, "dma": {"sbuf", "hbm"}}
+_WRITES = {"tensor": {"psum"}, "vector": {"sbuf", "psum"}, "scalar": {"sbuf", "psum"},
+           "gpsimd": {"sbuf"}, "dma": {"sbuf", "hbm"}}
+_HINTS = {"hbm": "load it into SBUF first (nl.load / nisa.dma_copy)",
+          "psum": "copy it to SBUF first (nisa.tensor_copy)",
+          "sbuf": "the Tensor Engine writes only PSUM: allocate the result with buffer=nl.psum"}
+MIN_II = 64
+PSUM_FMAX = 512
+STATIONARY_FMAX = 128
+MOVING_FMAX = 512
+BN_STATS_FMAX = 512
+BN_STATS_DIM = 6
+BN_AGGR_DIM = 2
+
+
+# ---------------------------------------------------------------------------- checks and helpers
+def _tensor(x, instr, role) -> NkiTensor:
+    if not isinstance(x, NkiTensor):
+        raise NKIError(instr, f"{role} must be an NKI tensor, got {type(x).__name__}",
+                       "allocate it with nl.ndarray or pass a kernel argument")
+    return x
+
+
+def _engine(value, default, allowed, instr):
+    name = default if value is None else (value if isinstance(value, str) else getattr(value, "name", value))
+    if name not in allowed:
+        raise NKIError(instr, f"engine {value!r} cannot run this instruction", f"use one of {sorted(allowed)}")
+    return name
+
+
+def _access(instr, eng, reads=(), writes=()):
+    """The engine/buffer rule: raise naming the operand, its buffer and what the engine allows."""
+    for role, t in reads:
+        if t.buffer.kind not in _READS[eng]:
+            raise NKIError(instr, f"{role} is in {t.buffer!r}, but the {_ENGINE_NAMES[eng]} cannot read "
+                           f"{t.buffer!r} (it reads {_names(_READS[eng])})", _HINTS.get(t.buffer.kind))
+    for role, t in writes:
+        if t.buffer.kind not in _WRITES[eng]:
+            hint = _HINTS["sbuf"] if eng == "tensor" else (
+                "write to SBUF and nl.store it" if t.buffer.kind == "hbm" else "write to SBUF instead")
+            raise NKIError(instr, f"{role} is in {t.buffer!r}, but the {_ENGINE_NAMES[eng]} cannot write "
+                           f"{t.buffer!r} (it writes {_names(_WRITES[eng])})", hint)
+        if not t.data.flags.writeable:
+            raise NKIError(instr, f"{role} is a broadcast view and cannot be written")
+
+
+def _names(kinds):
+    return " and ".join(f"nl.{k}" for k in sorted(kinds))
+
+
+def _same_layout(instr, dst, src, role="data"):
+    if dst.partitions != src.partitions or dst.free_size != src.free_size:
+        raise NKIError(instr, f"dst shape {dst.shape} does not match {role} shape {src.shape} "
+                       "(partition sizes and elements per partition must agree)")
+
+
+def _f32(t: NkiTensor) -> np.ndarray:
+    return t.data.astype(np.float32, copy=False)
+
+
+def _f32_2d(t: NkiTensor) -> np.ndarray:
+    return t.data.reshape(t.partitions, -1).astype(np.float32, copy=False)
+
+
+def _write(t: NkiTensor, values) -> None:
+    values = np.asarray(values)
+    if values.shape != t.shape:
+        values = values.reshape(t.shape)
+    _dt.cast_into(t.data, values, t.dtype)
+    alloc = t.alloc
+    alloc.written = True
+    if alloc.acc is not None:
+        _acc_view(t)[...] = 0.0  # any other write ends a matmul accumulation group
+
+
+def _acc_view(t: NkiTensor) -> np.ndarray:
+    alloc = t.alloc
+    if alloc.acc is None:
+        alloc.acc = np.zeros(alloc.storage.shape, dtype=alloc.storage.dtype)
+    return np.ndarray(t.data.shape, alloc.acc.dtype, buffer=alloc.acc, offset=t.offset, strides=t.data.strides)
+
+
+def _scalar_operand(value, instr, role, partitions, eng):
+    """A tensor_scalar / activation operand: a Python number or a per-partition [P, 1] tensor."""
+    if isinstance(value, NkiTensor):
+        _access(instr, eng, reads=[(role, value)])
+        if value.partitions != partitions or value.free_size != 1:
+            raise NKIError(instr, f"{role} of shape {value.shape} must be a scalar or a [{partitions}, 1] "
+                           "per-partition vector", "reduce it to one value per partition first")
+        return _f32(value).reshape(partitions, 1), value
+    if isinstance(value, (int, float, np.number, bool)):
+        return np.float32(value), None
+    raise NKIError(instr, f"{role} must be a number or a [P, 1] tensor, got {type(value).__name__}")
+
+
+def _record(op, eng, writes, reads, cost, **kw):
+    return current(op).record(op, eng, writes, reads, cost, **kw)
+
+
+# ---------------------------------------------------------------------------- data movement
+def dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, dge_mode=None, name=None):
+    """Copy `src` to `dst` with a DMA (HBM <-> SBUF, HBM -> HBM; never PSUM). With
+    `dst_rmw_op=nl.add` the DMA adds into `dst`. A dtype difference is converted (the DMA casts)."""
+    instr = "nisa.dma_copy"
+    dst = _tensor(dst, instr, "dst")
+    src = _tensor(src, instr, "src")
+    _access(instr, "dma", reads=[("src", src)], writes=[("dst", dst)])
+    if dst.data.size != src.data.size:
+        raise NKIError(instr, f"dst shape {dst.shape} and src shape {src.shape} have different sizes")
+    if dst.buffer.on_chip and src.buffer.on_chip and dst.partitions != src.partitions:
+        raise NKIError(instr, f"on-chip copy between different partition counts {src.shape} -> {dst.shape}")
+    values = src.data if src.shape == dst.shape else src.data.reshape(dst.shape)
+    if dst_rmw_op is not None:
+        op = _ops.resolve(dst_rmw_op, instr, 2)
+        _write(dst, op.fn(_f32(dst), values.astype(np.float32)))
+    elif dst.dtype is src.dtype or (dst.dtype == src.dtype and dst.dtype is not _dt.tfloat32
+                                    and src.dtype is not _dt.tfloat32):
+        dst.data[...] = values
+        dst.alloc.written = True
+    else:
+        _write(dst, values.astype(np.float32))
+    side = dst if dst.buffer.on_chip else (src if src.buffer.on_chip else dst)
+    nbytes = max(dst.nbytes, src.nbytes)
+    per_partition = nbytes / max(1, side.partitions if side.ndim else 1)
+    _record(instr, "dma", [dst], [src], ("dma", nbytes, per_partition), nbytes=nbytes)
+
+
+def tensor_copy(dst, src, engine=None, name=None):
+    """Copy (and cast) an on-chip tile: Vector (default), Scalar or GpSimd Engine."""
+    instr = "nisa.tensor_copy"
+    dst, src = _tensor(dst, instr, "dst"), _tensor(src, instr, "src")
+    eng = _engine(engine, "vector", ("vector", "scalar", "gpsimd"), instr)
+    _access(instr, eng, reads=[("src", src)], writes=[("dst", dst)])
+    _same_layout(instr, dst, src, "src")
+    if dst.dtype == src.dtype and dst.dtype is not _dt.tfloat32 and dst.alloc.acc is None:
+        dst.data[...] = src.data.reshape(dst.shape)
+        dst.alloc.written = True
+    else:
+        _write(dst, _f32(src))
+    _record(instr, eng, [dst], [src], ("elementwise", dst.free_size))
+
+
+def memset(dst, value, engine=None, name=None):
+    instr = "nisa.memset"
+    dst = _tensor(dst, instr, "dst")
+    eng = _engine(engine, "vector", ("vector", "scalar", "gpsimd"), instr)
+    _access(instr, eng, writes=[("dst", dst)])
+    _write(dst, np.full(dst.shape, value, dtype=np.float32))
+    _record(instr, eng, [dst], [], ("elementwise", dst.free_size))
+
+
+# ---------------------------------------------------------------------------- Tensor Engine
+def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False,
+              is_transpose=False, accumulate=None, tile_position=(), tile_size=(), perf_mode=None, name=None):
+    """dst[M, N] (PSUM, float32) = stationary[K, M].T @ moving[K, N], contracting over partitions.
+
+    accumulate: True adds into dst, False overwrites, None (default) overwrites the first time a
+    matmul writes an element and accumulates after that, until another instruction writes it.
+    """
+    instr = "nisa.nc_matmul"
+    dst = _tensor(dst, instr, "dst")
+    st = _tensor(stationary, instr, "stationary")
+    mv = _tensor(moving, instr, "moving")
+    _access(instr, "tensor", reads=[("stationary", st), ("moving", mv)], writes=[("dst", dst)])
+    k, m, n = st.partitions, st.free_size, mv.free_size
+    if st.partitions != mv.partitions:
+        raise NKIError(instr, f"stationary {st.shape} and moving {mv.shape} must have the same partition "
+                       "size: the matmul contracts over the partition dimension of both",
+                       "put the contraction dimension K first in both tiles (stationary is [K, M])")
+    if m > STATIONARY_FMAX:
+        raise NKIError(instr, f"stationary free size {m} exceeds nl.tile_size.gemm_stationary_fmax "
+                       f"({STATIONARY_FMAX})", "split M into tiles of at most 128")
+    if n > MOVING_FMAX:
+        raise NKIError(instr, f"moving free size {n} exceeds nl.tile_size.gemm_moving_fmax ({MOVING_FMAX})",
+                       "split N into tiles of at most 512")
+    if dst.partitions != m or dst.free_size != n:
+        raise NKIError(instr, f"dst shape {dst.shape} must be [M, N] = [{m}, {n}] "
+                       f"for stationary {st.shape} and moving {mv.shape}")
+    if dst.dtype != _dt.float32:
+        raise NKIError(instr, f"dst dtype {_dt.name(dst.dtype)}: matmul results are float32 in PSUM",
+                       "allocate the PSUM tile with dtype=nl.float32")
+    _check_psum_bank(instr, dst)
+    fp32_in = (_dt.is_fp32_like(st.dtype), _dt.is_fp32_like(mv.dtype))
+    if fp32_in[0] != fp32_in[1]:
+        raise NKIError(instr, f"operand dtypes {_dt.name(st.dtype)} and {_dt.name(mv.dtype)}: "
+                       "float32 operands cannot be mixed with low-precision ones",
+                       "cast both to bfloat16 (or both to float32)")
+    for role, t in (("stationary", st), ("moving", mv)):
+        if not _dt.is_float(t.dtype):
+            raise NKIError(instr, f"{role} dtype {_dt.name(t.dtype)} is not a floating-point type")
+    result = _f32_2d(st).T @ _f32_2d(mv)
+    _matmul_write(dst, result, accumulate)
+    dtype_name = _dt.name(mv.dtype if _dt.is_fp8(mv.dtype) and _dt.is_fp8(st.dtype) else
+                          (st.dtype if fp32_in[0] else _dt.bfloat16))
+    _record(instr, "tensor", [dst], [st, mv], ("matmul", m, n, dtype_name), flops=2 * k * m * n,
+            matmul_dtype=dtype_name)
+
+
+def _matmul_write(dst, result, accumulate):
+    result = result.reshape(dst.shape)
+    acc = _acc_view(dst)
+    if accumulate is None:
+        started = acc != 0
+        if started.all():
+            result = _f32(dst) + result
+        elif started.any():
+            result = np.where(started, _f32(dst) + result, result)
+    elif accumulate:
+        result = _f32(dst) + result
+    dst.data[...] = result
+    dst.alloc.written = True
+    acc[...] = 1.0
+
+
+def _check_psum_bank(instr, dst):
+    bank = current(instr).target.psum_bank_bytes
+    per_partition = dst.free_size * dst.itemsize
+    if dst.free_size > PSUM_FMAX:
+        raise NKIError(instr, f"dst free size {dst.free_size} exceeds nl.tile_size.psum_fmax ({PSUM_FMAX})",
+                       "a matmul writes at most 512 float32 per partition (one PSUM bank)")
+    _, _, lo, hi = box(dst)
+    if lo // bank != (hi - 1) // bank or per_partition > bank:
+        raise NKIError(instr, f"dst spans PSUM bytes {lo}..{hi} of each partition, crossing a {bank}-byte "
+                       "PSUM bank boundary", "write each matmul into one bank (<= 512 float32, bank-aligned)")
+
+
+def nc_transpose(dst, data, engine=None, name=None):
+    """dst[F, P] = data[P, F].T. Tensor Engine (default: SBUF -> PSUM, P, F <= 128) or
+    Vector Engine (blocks of at most 32 x 32)."""
+    instr = "nisa.nc_transpose"
+    dst, data = _tensor(dst, instr, "dst"), _tensor(data, instr, "data")
+    eng = _engine(engine, "tensor", ("tensor", "vector"), instr)
+    _access(instr, eng, reads=[("data", data)], writes=[("dst", dst)])
+    p, f = data.partitions, data.free_size
+    limit = 32 if eng == "vector" else PMAX
+    if p > limit or f > limit:
+        raise NKIError(instr, f"data shape {data.shape} exceeds [{limit}, {limit}] for the {_ENGINE_NAMES[eng]}",
+                       "transpose in blocks")
+    if dst.partitions != f or dst.free_size != p:
+        raise NKIError(instr, f"dst shape {dst.shape} must be [{f}, {p}] for data {data.shape}")
+    _write(dst, _f32_2d(data).T)
+    if eng == "tensor":
+        _record(instr, eng, [dst], [data], ("matmul", f, p, "float32" if _dt.is_fp32_like(data.dtype)
+                                             else "bfloat16"))
+    else:
+        _record(instr, eng, [dst], [data], ("elementwise", f))
+
+
+# ---------------------------------------------------------------------------- Vector / Scalar Engines
+def tensor_tensor(dst, data1, data2, op, engine=None, name=None):
+    """dst = data1 <op> data2, element-wise (Vector Engine; GpSimd allowed). Not both inputs in PSUM."""
+    instr = "nisa.tensor_tensor"
+    dst, a, b = _tensor(dst, instr, "dst"), _tensor(data1, instr, "data1"), _tensor(data2, instr, "data2")
+    token = _ops.resolve(op, instr, 2)
+    eng = _engine(engine, "vector", ("vector", "gpsimd"), instr)
+    _access(instr, eng, reads=[("data1", a), ("data2", b)], writes=[("dst", dst)])
+    if a.buffer.kind == "psum" and b.buffer.kind == "psum":
+        raise NKIError(instr, "data1 and data2 are both in nl.psum; tensor_tensor may read at most one "
+                       "input from PSUM", "copy one of them to SBUF first (nisa.tensor_copy)")
+    _same_layout(instr, dst, a, "data1")
+    _same_layout(instr, dst, b, "data2")
+    _write(dst, token.fn(_f32_2d(a), _f32_2d(b)))
+    fast = "psum" in (a.buffer.kind, b.buffer.kind) or (
+        token.name in _ops.FAST_BF16 and all(t.dtype == _dt.bfloat16 for t in (dst, a, b)))
+    _record(instr, eng, [dst], [a, b], ("tensor_tensor", dst.free_size, fast))
+
+
+def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False,
+                  engine=None, name=None):
+    """dst = (data <op0> operand0) <op1> operand1; operands are numbers or [P, 1] tensors
+    broadcast along the free axes. `reverse` swaps the operands of that op."""
+    instr = "nisa.tensor_scalar"
+    dst, data = _tensor(dst, instr, "dst"), _tensor(data, instr, "data")
+    eng = _engine(engine, "vector", ("vector", "scalar", "gpsimd"), instr)
+    _access(instr, eng, reads=[("data", data)], writes=[("dst", dst)])
+    _same_layout(instr, dst, data)
+    reads = [data]
+    x = _f32_2d(data)
+    for op, operand, reverse, role in ((op0, operand0, reverse0, "operand0"), (op1, operand1, reverse1, "operand1")):
+        if op is None:
+            continue
+        token = _ops.resolve(op, instr, 2)
+        value, tensor = _scalar_operand(operand, instr, role, data.partitions, eng)
+        if tensor is not None:
+            reads.append(tensor)
+        x = token.fn(value, x) if reverse else token.fn(x, value)
+    _write(dst, x)
+    _record(instr, eng, [dst], reads, ("elementwise", dst.free_size))
+
+
+def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False,
+                         engine=None, name=None):
+    """dst = (data <op0> operand0) <op1> operand1, operand0 a number or [P, 1], operand1 a tensor."""
+    instr = "nisa.scalar_tensor_tensor"
+    dst, data = _tensor(dst, instr, "dst"), _tensor(data, instr, "data")
+    other = _tensor(operand1, instr, "operand1")
+    eng = _engine(engine, "vector", ("vector", "gpsimd"), instr)
+    _access(instr, eng, reads=[("data", data), ("operand1", other)], writes=[("dst", dst)])
+    if data.buffer.kind == "psum" and other.buffer.kind == "psum":
+        raise NKIError(instr, "data and operand1 are both in nl.psum; at most one input may be in PSUM",
+                       "copy one of them to SBUF first (nisa.tensor_copy)")
+    _same_layout(instr, dst, data)
+    _same_layout(instr, dst, other, "operand1")
+    value, tensor = _scalar_operand(operand0, instr, "operand0", data.partitions, eng)
+    t0, t1 = _ops.resolve(op0, instr, 2), _ops.resolve(op1, instr, 2)
+    x = _f32_2d(data)
+    x = t0.fn(value, x) if reverse0 else t0.fn(x, value)
+    y = _f32_2d(other)
+    _write(dst, t1.fn(y, x) if reverse1 else t1.fn(x, y))
+    reads = [data, other] + ([tensor] if tensor is not None else [])
+    _record(instr, eng, [dst], reads, ("tensor_tensor", dst.free_size, "psum" in (data.buffer.kind,
+                                                                                  other.buffer.kind)))
+
+
+def _reduce_axes(instr, data, axis):
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    axes = tuple(int(a) % data.ndim for a in axes)
+    if 0 in axes:
+        raise NKIError(instr, f"axis {axis} includes the partition axis 0; reductions run over free axes only",
+                       "transpose (nisa.nc_transpose) to bring the axis onto the free dimension")
+    return axes
+
+
+def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
+    """dst = reduce(op) of data over free `axis` (int or tuple, never 0) on the Vector Engine."""
+    instr = "nisa.tensor_reduce"
+    dst, data = _tensor(dst, instr, "dst"), _tensor(data, instr, "data")
+    token = _ops.resolve(op, instr, 2)
+    if token.reducer is None:
+        raise NKIError(instr, f"operator {token!r} cannot reduce", "use nl.add, nl.maximum, nl.minimum or nl.multiply")
+    _access(instr, "vector", reads=[("data", data)], writes=[("dst", dst)])
+    axes = _reduce_axes(instr, data, axis)
+    result = token.reducer.reduce(_f32(data), axis=axes, keepdims=True).astype(np.float32)
+    if negate:
+        result = -result
+    if dst.partitions != data.partitions or dst.free_size != result.size // data.partitions:
+        raise NKIError(instr, f"dst shape {dst.shape} does not match the reduced shape "
+                       f"{tuple(1 if i in axes else s for i, s in enumerate(data.shape))}")
+    _write(dst, result)
+    _record(instr, "vector", [dst], [data], ("reduce", data.free_size))
+
+
+def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=None,
+               name=None):
+    """dst = op(data * scale + bias) on the Scalar Engine; bias/scale are numbers or [P, 1] tensors.
+    With `reduce_res` ([P, 1]) it also reduces the result along the free axes (`reduce_op`, default add)."""
+    instr = "nisa.activation"
+    dst, data = _tensor(dst, instr, "dst"), _tensor(data, instr, "data")
+    token = _ops.resolve(op, instr, 1)
+    _access(instr, "scalar", reads=[("data", data)], writes=[("dst", dst)])
+    _same_layout(instr, dst, data)
+    reads = [data]
+    x = _f32_2d(data)
+    s, st = _scalar_operand(scale, instr, "scale", data.partitions, "scalar")
+    if st is not None or s != 1.0:
+        x = x * s
+    if bias is not None:
+        b, bt = _scalar_operand(bias, instr, "bias", data.partitions, "scalar")
+        x = x + b
+        reads += [t for t in (bt,) if t is not None]
+    reads += [t for t in (st,) if t is not None]
+    y = token.fn(x)
+    _write(dst, y)
+    writes = [dst]
+    if reduce_res is not None:
+        res = _tensor(reduce_res, instr, "reduce_res")
+        _access(instr, "scalar", writes=[("reduce_res", res)])
+        if res.partitions != data.partitions or res.free_size != 1:
+            raise NKIError(instr, f"reduce_res shape {res.shape} must be [{data.partitions}, 1]")
+        rtoken = _ops.resolve(reduce_op if reduce_op is not None else _ops.BINARY["add"], instr, 2)
+        if rtoken.reducer is None:
+            raise NKIError(instr, f"operator {rtoken!r} cannot reduce")
+        # The reduction sees the values as written (after the cast to dst's dtype).
+        _write(res, rtoken.reducer.reduce(_f32_2d(dst), axis=1, keepdims=True))
+        writes.append(res)
+    _record(instr, "scalar", writes, reads, ("elementwise", dst.free_size))
+
+
+def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None):
+    activation(dst, op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res)
+
+
+def reciprocal(dst, data, name=None):
+    """dst = 1 / data on the Vector Engine."""
+    instr = "nisa.reciprocal"
+    dst, data = _tensor(dst, instr, "dst"), _tensor(data, instr, "data")
+    _access(instr, "vector", reads=[("data", data)], writes=[("dst", dst)])
+    _same_layout(instr, dst, data)
+    _write(dst, _ops.UNARY["reciprocal"].fn(_f32_2d(data)))
+    _record(instr, "vector", [dst], [data], ("reciprocal", dst.free_size))
+
+
+# ---------------------------------------------------------------------------- GpSimd Engine
+def _affine(instr, dst, pattern, offset, channel_multiplier):
+    """offset + channel_multiplier * p + sum(step_i * j_i) over dst's [P, num_1, num_2, ...] grid."""
+    try:
+        pairs = [(int(step), int(num)) for step, num in pattern]
+    except (TypeError, ValueError):
+        raise NKIError(instr, f"pattern {pattern!r} must be a list of [step, num] pairs, one per free axis") from None
+    if math.prod(num for _, num in pairs) != dst.free_size:
+        raise NKIError(instr, f"pattern {pattern!r} covers {math.prod(num for _, num in pairs)} elements per "
+                       f"partition, dst has {dst.free_size}")
+    p = dst.partitions
+    value = np.float32(offset) + np.float32(channel_multiplier) * np.arange(p, dtype=np.float32).reshape(
+        (p,) + (1,) * len(pairs))
+    for axis, (step, num) in enumerate(pairs):
+        shape = [1] * (len(pairs) + 1)
+        shape[axis + 1] = num
+        value = value + (np.float32(step) * np.arange(num, dtype=np.float32)).reshape(shape)
+    return value.reshape(p, -1)
+
+
+def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
+    """dst[p, j...] = offset + channel_multiplier * p + sum(step_i * j_i), `pattern` = [[step, num], ...]."""
+    instr = "nisa.iota"
+    dst = _tensor(dst, instr, "dst")
+    _access(instr, "gpsimd", writes=[("dst", dst)])
+    _write(dst, _affine(instr, dst, pattern, offset, channel_multiplier))
+    _record(instr, "gpsimd", [dst], [], ("gpsimd", dst.free_size))
+
+
+def affine_select(dst, pattern, offset, channel_multiplier, on_true_tile, on_false_value, cmp_op=None,
+                  name=None):
+    """dst = on_true_tile where cmp_op(affine expression, 0) else on_false_value (GpSimd Engine).
+    The expression is the iota one; cmp_op defaults to nl.greater_equal (causal masks)."""
+    instr = "nisa.affine_select"
+    dst = _tensor(dst, instr, "dst")
+    src = _tensor(on_true_tile, instr, "on_true_tile")
+    _access(instr, "gpsimd", reads=[("on_true_tile", src)], writes=[("dst", dst)])
+    _same_layout(instr, dst, src, "on_true_tile")
+    token = _ops.resolve(cmp_op if cmp_op is not None else _ops.BINARY["greater_equal"], instr, 2)
+    keep = token.fn(_affine(instr, dst, pattern, offset, channel_multiplier), np.float32(0)) != 0
+    _write(dst, np.where(keep, _f32_2d(src), np.float32(on_false_value)))
+    _record(instr, "gpsimd", [dst], [src], ("gpsimd", dst.free_size))
+
+
+# ---------------------------------------------------------------------------- statistics
+def bn_stats(dst, data, name=None):
+    """Per-partition statistics of data[P, F] (F <= 512) for bn_aggr: dst[P, 6] =
+    (count, mean, sum of squared deviations, 0, 0, 0). Several chunks go side by side in one tile."""
+    instr = "nisa.bn_stats"
+    dst, data = _tensor(dst, instr, "dst"), _tensor(data, instr, "data")
+    _access(instr, "vector", reads=[("data", data)], writes=[("dst", dst)])
+    f = data.free_size
+    if f > BN_STATS_FMAX:
+        raise NKIError(instr, f"data has {f} elements per partition, more than nl.tile_size.bn_stats_fmax "
+                       f"({BN_STATS_FMAX})", "call bn_stats per chunk into slices of one stats tile")
+    if dst.partitions != data.partitions or dst.free_size != BN_STATS_DIM:
+        raise NKIError(instr, f"dst shape {dst.shape} must be [{data.partitions}, {BN_STATS_DIM}]")
+    x = _f32_2d(data).astype(np.float64)
+    mean = x.mean(axis=1)
+    m2 = ((x - mean[:, None]) ** 2).sum(axis=1)
+    stats = np.zeros((data.partitions, BN_STATS_DIM), dtype=np.float32)
+    stats[:, 0], stats[:, 1], stats[:, 2] = f, mean, m2
+    _write(dst, stats)
+    _record(instr, "vector", [dst], [data], ("reduce", f))
+
+
+def bn_aggr(dst, data, name=None):
+    """Combine bn_stats chunks data[P, 6 * k] into dst[P, 2] = (mean, variance) (population variance)."""
+    instr = "nisa.bn_aggr"
+    dst, data = _tensor(dst, instr, "dst"), _tensor(data, instr, "data")
+    _access(instr, "vector", reads=[("data", data)], writes=[("dst", dst)])
+    if data.free_size % BN_STATS_DIM:
+        raise NKIError(instr, f"data has {data.free_size} elements per partition, not a multiple of "
+                       f"{BN_STATS_DIM} (bn_stats chunks)")
+    if dst.partitions != data.partitions or dst.free_size != BN_AGGR_DIM:
+        raise NKIError(instr, f"dst shape {dst.shape} must be [{data.partitions}, {BN_AGGR_DIM}]")
+    chunks = _f32_2d(data).astype(np.float64).reshape(data.partitions, -1, BN_STATS_DIM)
+    count, mean, m2 = chunks[..., 0], chunks[..., 1], chunks[..., 2]
+    total = count.sum(axis=1)
+    safe = np.where(total > 0, total, 1)
+    grand = (count * mean).sum(axis=1) / safe
+    # Chan et al.: M2 of the union = sum of M2 + sum n_i (mean_i - grand mean)^2.
+    m2_total = m2.sum(axis=1) + (count * (mean - grand[:, None]) ** 2).sum(axis=1)
+    _write(dst, np.stack([grand, m2_total / safe], axis=1).astype(np.float32))
+    _record(instr, "vector", [dst], [data], ("reduce", data.free_size))

@@ -1,0 +1,243 @@
+"""`nki.jit`, kernel launch (`kernel[grid](...)`), `nki.simulate` and `nki.benchmark`.
+
+A launch copies array arguments into simulated HBM, runs the kernel function once per program of
+the grid (its Python executes the instructions), writes HBM arguments the kernel wrote back into
+the caller's arrays/tensors (in place), and converts the returned HBM tensors: torch tensors on
+the first torch input's device if any input was a torch tensor, NumPy arrays otherwise.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import sys
+
+import ml_dtypes
+import numpy as np
+
+from . import dtypes as _dt
+from .blas import single_threaded
+from .cost import BenchmarkResult, estimate
+from .errors import NKIError
+from .runtime import Run, active, set_run
+from .targets import get_target
+from .tensor import Allocation, NkiTensor, shared_hbm
+
+
+class Kernel:
+    """A kernel made by `nki.jit`: call it to simulate, index it (`kernel[grid]`) to launch a grid."""
+
+    def __init__(self, func, **options):
+        if isinstance(func, Kernel):
+            func = func.func
+        if not callable(func):
+            raise TypeError(f"nki.jit expects a function, got {type(func).__name__}")
+        self.func = func
+        self.options = options
+        self.last_trace = None  # instruction records of the latest launch (see Instr.as_dict)
+        self.last_run = None
+        functools.update_wrapper(self, func)
+
+    def __getitem__(self, grid) -> "Launcher":
+        return Launcher(self, _normalize_grid(grid))
+
+    def __call__(self, *args, **kwargs):
+        return Launcher(self, ())(*args, **kwargs)
+
+    def __repr__(self):
+        return f"<nki kernel {self.__name__}>"
+
+
+class Launcher:
+    """`kernel[grid]`: calling it runs every program of the grid."""
+
+    def __init__(self, kernel: Kernel, grid: tuple):
+        self.kernel = kernel
+        self.grid = grid
+
+    def __call__(self, *args, **kwargs):
+        if active() is not None and not self.grid:
+            # A kernel called from inside a running kernel is inlined, like any helper function.
+            return self.kernel.func(*args, **kwargs)
+        outputs, _ = launch(self.kernel, self.grid, args, kwargs)
+        return outputs
+
+
+def jit(func=None, **options):
+    """Make an NKI kernel; usable as `@nki.jit`, `@nki.jit()` or `nki.jit(fn)`.
+
+    Options are kept in `kernel.options`; `platform_target="trn3"` sets the kernel's default target,
+    others (`mode`, ...) are accepted and ignored: every launch is simulated."""
+    if func is None:
+        return lambda f: Kernel(f, **options)
+    return Kernel(func, **options)
+
+
+def _normalize_grid(grid) -> tuple:
+    if isinstance(grid, (int, np.integer)):
+        grid = (int(grid),)
+    try:
+        grid = tuple(int(g) for g in grid)
+    except TypeError:
+        raise NKIError("kernel[grid]", f"grid must be an int or a tuple of ints, got {grid!r}") from None
+    if any(g < 1 for g in grid):
+        raise NKIError("kernel[grid]", f"grid {grid} has a dimension < 1")
+    return grid
+
+
+def _as_kernel(kernel) -> tuple[Kernel, tuple]:
+    if isinstance(kernel, Launcher):
+        return kernel.kernel, kernel.grid
+    if isinstance(kernel, Kernel):
+        return kernel, ()
+    return Kernel(kernel), ()
+
+
+# ---------------------------------------------------------------------------- arguments
+def _is_torch_tensor(x) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _torch_to_numpy(t, index):
+    import torch
+
+    t = t.detach()
+    if t.dtype == torch.float64 or t.dtype == torch.int64 or t.dtype.is_complex:
+        raise NKIError("kernel argument", f"argument {index} has dtype {t.dtype}, which NKI does not support",
+                       "cast it to float32 / int32 (or bfloat16) before the call")
+    t = t.cpu().contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16).copy()
+    if t.dtype == torch.float8_e4m3fn:
+        return t.view(torch.uint8).numpy().view(ml_dtypes.float8_e4m3fn).copy()
+    if t.dtype == torch.float8_e5m2:
+        return t.view(torch.uint8).numpy().view(ml_dtypes.float8_e5m2).copy()
+    return t.numpy().copy()
+
+
+def _numpy_to_torch(arr: np.ndarray, device):
+    import torch
+
+    arr = np.ascontiguousarray(arr)
+    if arr.dtype == _dt.bfloat16:
+        t = torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
+    elif arr.dtype == _dt.float8_e4m3:
+        t = torch.from_numpy(arr.view(np.uint8)).view(torch.float8_e4m3fn)
+    elif arr.dtype == _dt.float8_e5m2:
+        t = torch.from_numpy(arr.view(np.uint8)).view(torch.float8_e5m2)
+    else:
+        t = torch.from_numpy(arr)
+    return t.to(device) if device is not None and str(device) != "cpu" else t
+
+
+def _to_hbm(x, index):
+    """(NkiTensor in HBM, original) for array arguments; None for pass-through arguments."""
+    if _is_torch_tensor(x):
+        arr = _torch_to_numpy(x, index)
+    elif isinstance(x, np.ndarray):
+        arr = np.array(x, copy=True, order="C")
+    else:
+        return None
+    try:
+        dtype = _dt.normalize(arr.dtype, "kernel argument")
+    except NKIError:
+        raise NKIError("kernel argument", f"argument {index} has dtype {arr.dtype}, which NKI does not support",
+                       "cast it to float32 / int32 (or bfloat16) before the call") from None
+    alloc = Allocation(arr.shape, dtype, shared_hbm, name=f"arg{index}", storage=arr)
+    return NkiTensor(alloc, alloc.storage)
+
+
+def _write_back(original, tensor: NkiTensor):
+    if _is_torch_tensor(original):
+        import torch
+
+        with torch.no_grad():
+            original.copy_(_numpy_to_torch(tensor.alloc.storage, None).to(original.device))
+    elif original.flags.writeable:
+        original[...] = tensor.alloc.storage
+    else:
+        raise NKIError("kernel argument", "the kernel wrote to a read-only NumPy argument",
+                       "pass a writeable array")
+
+
+def _convert_output(value, torch_device, torch_mode):
+    if value is None:
+        return None
+    if isinstance(value, (tuple, list)):
+        return type(value)(_convert_output(v, torch_device, torch_mode) for v in value)
+    if isinstance(value, dict):
+        return {k: _convert_output(v, torch_device, torch_mode) for k, v in value.items()}
+    if isinstance(value, NkiTensor):
+        if value.buffer.on_chip:
+            raise NKIError("kernel return", f"the kernel returned a tensor in {value.buffer!r}",
+                           "return HBM tensors: nl.ndarray(..., buffer=nl.shared_hbm) written with nl.store")
+        arr = np.array(value.data, copy=True)
+        return _numpy_to_torch(arr, torch_device) if torch_mode else arr
+    return value
+
+
+# ---------------------------------------------------------------------------- launch
+def _convert_argument(value, index, pairs):
+    tensor = _to_hbm(value, index)
+    if tensor is None:
+        return value
+    pairs.append((value, tensor))
+    return tensor
+
+
+def launch(kernel: Kernel, grid: tuple, args, kwargs, target=None):
+    """Run `kernel` over `grid`; returns (converted outputs, the Run with its trace).
+
+    Target: the argument, else the kernel's `platform_target` jit option, else the environment."""
+    run = Run(get_target(target or kernel.options.get("platform_target")), grid)
+    torch_inputs = [a for a in itertools.chain(args, kwargs.values()) if _is_torch_tensor(a)]
+    torch_device = torch_inputs[0].device if torch_inputs else None
+    pairs = []  # (caller's array or tensor, its HBM copy) for the write-back
+    cargs = [_convert_argument(a, i, pairs) for i, a in enumerate(args)]
+    ckwargs = {k: _convert_argument(v, k, pairs) for k, v in kwargs.items()}
+    previous = set_run(run)
+    try:
+        with single_threaded():
+            result = None
+            for pid in itertools.product(*(range(g) for g in grid)):
+                run.program_id = pid
+                run.shared_index = 0
+                result = kernel.func(*cargs, **ckwargs)
+    finally:
+        set_run(previous)
+        kernel.last_trace = run.trace
+        kernel.last_run = run
+    for original, tensor in pairs:
+        if tensor.alloc.written:
+            _write_back(original, tensor)
+    return _convert_output(result, torch_device, bool(torch_inputs)), run
+
+
+def simulate(kernel):
+    """`nki.simulate(kernel)(*args)`: run the kernel in the simulator (NumPy in, NumPy out)."""
+    k, grid = _as_kernel(kernel)
+    return lambda *args, **kwargs: launch(k, grid, args, kwargs)[0]
+
+
+def simulate_kernel(kernel, *args, **kwargs):
+    """Old-style `nki.simulate_kernel(kernel, *args)`."""
+    return simulate(kernel)(*args, **kwargs)
+
+
+def benchmark(kernel, target=None, warmup=None, iters=None, **_ignored):
+    """`nki.benchmark(kernel, target=...)(*args)` -> BenchmarkResult with the estimated latency.
+
+    The kernel is simulated with that target's capacity rules, then its trace is scheduled by the
+    cost model. `target`: "trn2" or "trn3"; None means NEURON_PLATFORM_TARGET_OVERRIDE (default trn2). `warmup` / `iters` are accepted for compatibility and ignored (the estimate is
+    deterministic).
+    """
+    k, grid = _as_kernel(kernel)
+    get_target(target)  # an unknown target fails here, at the call naming it
+
+    def run(*args, **kwargs) -> BenchmarkResult:
+        tgt = get_target(target or k.options.get("platform_target"))
+        outputs, r = launch(k, grid, args, kwargs, target=tgt)
+        return estimate(r.trace, tgt.name, outputs)
+
+    return run

@@ -1,0 +1,263 @@
+"""`nki.language` (`nl`): buffers, dtypes, tile sizes, allocation, loops, program ids, and the
+tile-level helpers (`nl.load`, `nl.store`, `nl.matmul`, math and reductions) built on `nki.isa`.
+
+Helpers return new tiles: SBUF for element-wise results and reductions, PSUM for `nl.matmul`
+and `nl.transpose` (the Tensor Engine writes only PSUM).
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import types
+
+import numpy as np
+
+from . import isa as _isa
+from . import ops as _ops
+from .dtypes import (bfloat16, bool_, float8_e4m3, float8_e5m2, float16, float32, int8, int16,
+                     int32, tfloat32, uint8, uint16, uint32)
+from . import dtypes as _dt
+from .errors import NKIError
+from .runtime import current
+from .tensor import NkiTensor, ds, hbm, private_hbm, psum, sbuf, shared_hbm
+
+tile_size = types.SimpleNamespace(
+    pmax=128, psum_fmax=512, gemm_stationary_fmax=128, gemm_moving_fmax=512,
+    bn_stats_fmax=_isa.BN_STATS_FMAX, bn_stats_dim=_isa.BN_STATS_DIM, bn_aggr_dim=_isa.BN_AGGR_DIM,
+    psum_partition_bytes=16384, psum_bank_bytes=2048,
+)
+
+
+# ---------------------------------------------------------------------------- allocation
+def ndarray(shape, dtype, buffer=sbuf, name=None) -> NkiTensor:
+    """A new tensor, uninitialized (NaN-filled, as the simulator poisons fresh memory)."""
+    return current("nl.ndarray").allocate(shape, dtype, buffer, name)
+
+
+def _new(shape, dtype, buffer, name, instruction) -> NkiTensor:
+    """Allocate a helper's result; capacity/shape errors name the helper the kernel called."""
+    return current(instruction).allocate(shape, dtype, buffer, name, instruction=instruction)
+
+
+def zeros(shape, dtype, buffer=sbuf, name=None) -> NkiTensor:
+    return full(shape, 0, dtype, buffer, name)
+
+
+def ones(shape, dtype, buffer=sbuf, name=None) -> NkiTensor:
+    return full(shape, 1, dtype, buffer, name)
+
+
+def full(shape, fill_value, dtype, buffer=sbuf, name=None) -> NkiTensor:
+    """A tensor filled with `fill_value`; on chip this is an nisa.memset (costed), in HBM free."""
+    t = current("nl.full").allocate(shape, dtype, buffer, name, instruction="nl.full")
+    if buffer.on_chip:
+        _isa.memset(t, fill_value)
+    else:
+        _dt.cast_into(t.data, np.float32(fill_value), t.dtype)
+    return t
+
+
+def zeros_like(t, dtype=None, buffer=None, name=None):
+    return zeros(t.shape, dtype or t.dtype, buffer or t.buffer, name)
+
+
+def ndarray_like(t, dtype=None, buffer=None, name=None):
+    return ndarray(t.shape, dtype or t.dtype, buffer or t.buffer, name)
+
+
+def par_dim(n):
+    """Old-dialect marker of the partition dimension in a shape; the first axis always is."""
+    return n
+
+
+# ---------------------------------------------------------------------------- launch and loops
+def program_id(axis=0) -> int:
+    run = current("nl.program_id")
+    if not 0 <= axis < builtins.max(1, len(run.grid)):
+        raise NKIError("nl.program_id", f"axis {axis} is outside the launch grid {run.grid}")
+    return run.program_id[axis] if run.grid else 0
+
+
+def num_programs(axes=None):
+    run = current("nl.num_programs")
+    grid = run.grid or (1,)
+    if axes is None:
+        return math.prod(grid)
+    if isinstance(axes, int):
+        return grid[axes] if axes < len(grid) else 1
+    return tuple(grid[a] for a in axes)
+
+
+def program_ndim() -> int:
+    return len(current("nl.program_ndim").grid)
+
+
+def affine_range(start, stop=None, step=1):
+    """Iterations without loop-carried dependencies (the compiler may reorder/pipeline them).
+    Resolved at trace time: a Python range."""
+    return range(start, stop, step) if stop is not None else range(start)
+
+
+def sequential_range(start, stop=None, step=1):
+    """Iterations that must run in order (loop-carried dependency). A Python range."""
+    return range(start, stop, step) if stop is not None else range(start)
+
+
+def static_range(start, stop=None, step=1):
+    """Fully unrolled loop. A Python range."""
+    return range(start, stop, step) if stop is not None else range(start)
+
+
+# ---------------------------------------------------------------------------- data movement
+def load(src, dtype=None, name=None) -> NkiTensor:
+    """Copy an HBM view into a new SBUF tile (one DMA)."""
+    src = _isa._tensor(src, "nl.load", "src")
+    tile = _new(src.shape, dtype or src.dtype, sbuf, name, "nl.load")
+    _isa.dma_copy(tile, src)
+    return tile
+
+
+def store(dst, value) -> None:
+    """Copy an SBUF tile into an HBM view (one DMA). PSUM must be copied to SBUF first."""
+    _isa.dma_copy(dst, value)
+
+
+def _copy_tile(x, dtype=None, name=None) -> NkiTensor:
+    """A copy of an on-chip tile (optionally cast) in a new SBUF tile (nisa.tensor_copy)."""
+    x = _isa._tensor(x, "nl.copy", "x")
+    out = _new(x.shape, dtype or x.dtype, sbuf, name, "nl.copy")
+    _isa.tensor_copy(out, x)
+    return out
+
+
+# ---------------------------------------------------------------------------- Tensor Engine helpers
+def matmul(x, y, transpose_x=False) -> NkiTensor:
+    """x @ y into a new PSUM float32 tile. With transpose_x=True, x is already [K, M] (contraction on
+    partitions, the hardware layout); otherwise x is [M, K] and is transposed on the Tensor Engine first."""
+    x = _isa._tensor(x, "nl.matmul", "x")
+    y = _isa._tensor(y, "nl.matmul", "y")
+    if not transpose_x:
+        xt = transpose(x)
+        x = _copy_tile(xt)
+    out = _new((x.free_size, y.free_size), float32, psum, None, "nl.matmul")
+    _isa.nc_matmul(out, x.reshape(x.partitions, x.free_size), y.reshape(y.partitions, y.free_size))
+    return out
+
+
+def transpose(x, dtype=None) -> NkiTensor:
+    """x[P, F].T into a new PSUM tile (Tensor Engine)."""
+    x = _isa._tensor(x, "nl.transpose", "x")
+    out = _new((x.free_size, x.partitions), dtype or x.dtype, psum, None, "nl.transpose")
+    _isa.nc_transpose(out, x.reshape(x.partitions, x.free_size))
+    return out
+
+
+# ---------------------------------------------------------------------------- element-wise helpers
+def _result_dtype(*tensors):
+    dts = {t.dtype for t in tensors if isinstance(t, NkiTensor)}
+    if len(dts) == 1:
+        return dts.pop()
+    return float32
+
+
+def _unary_helper(token, vector=False):
+    def helper(x, dtype=None, name=None):
+        x = _isa._tensor(x, f"nl.{token.name}", "x")
+        out = _new(x.shape, dtype or x.dtype, sbuf, name, f"nl.{token.name}")
+        if vector:
+            _isa.reciprocal(out, x)
+        else:
+            _isa.activation(out, token, x)
+        return out
+
+    helper.__name__ = token.name
+    helper.__doc__ = f"nl.{token.name}(x, dtype=None): element-wise on the Scalar Engine, a new SBUF tile."
+    return helper
+
+
+def _binary_helper(token):
+    def helper(x, y, dtype=None, name=None):
+        instr = f"nl.{token.name}"
+        xt, yt = isinstance(x, NkiTensor), isinstance(y, NkiTensor)
+        if not xt and not yt:
+            return float(token.fn(np.float32(x), np.float32(y)))
+        if xt and yt:
+            return _tensor_tensor(token, x, y, dtype, name, instr)
+        data, scalar, reverse = (x, y, False) if xt else (y, x, True)
+        out = _new(data.shape, dtype or data.dtype, sbuf, name, instr)
+        _isa.tensor_scalar(out, data, token, scalar, reverse0=reverse)
+        return out
+
+    helper.__name__ = token.name
+    helper.__doc__ = (f"nl.{token.name}(x, y, dtype=None): element-wise on the Vector Engine (tensor_tensor, "
+                      "or tensor_scalar for a number / [P, 1] operand), a new SBUF tile.")
+    return helper
+
+
+def _tensor_tensor(token, x, y, dtype, name, instr):
+    if x.shape == y.shape:
+        out = _new(x.shape, dtype or _result_dtype(x, y), sbuf, name, instr)
+        _isa.tensor_tensor(out, x, y, token)
+        return out
+    # A [P, 1] operand is a per-partition scalar: tensor_scalar broadcasts it along the free axes.
+    for data, vec, reverse in ((x, y, False), (y, x, True)):
+        if vec.free_size == 1 and vec.partitions == data.partitions and data.free_size > 1:
+            out = _new(data.shape, dtype or _result_dtype(x, y), sbuf, name, instr)
+            _isa.tensor_scalar(out, data, token, vec, reverse0=reverse)
+            return out
+    try:
+        shape = np.broadcast_shapes(x.shape, y.shape)
+    except ValueError:
+        raise NKIError(instr, f"shapes {x.shape} and {y.shape} do not broadcast") from None
+    out = _new(shape, dtype or _result_dtype(x, y), sbuf, name, instr)
+    _isa.tensor_tensor(out, x.broadcast_to(shape), y.broadcast_to(shape), token)
+    return out
+
+
+def _reduction(token, name, mean=False):
+    def helper(x, axis, dtype=None, keepdims=False, name=None):
+        instr = f"nl.{helper.__name__}"
+        x = _isa._tensor(x, instr, "x")
+        axes = _isa._reduce_axes(instr, x, axis)
+        if keepdims:
+            shape = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
+        else:
+            shape = tuple(s for i, s in enumerate(x.shape) if i not in axes)
+        out = _new(shape, dtype or x.dtype, sbuf, name, instr)
+        _isa.tensor_reduce(out, token, x, axes, keepdims=keepdims)
+        if mean:
+            count = math.prod(x.shape[a] for a in axes)
+            _isa.tensor_scalar(out, out, _ops.BINARY["multiply"], 1.0 / count)
+        return out
+
+    helper.__name__ = name
+    helper._nki_op = token
+    helper.__doc__ = f"nl.{name}(x, axis, dtype=None, keepdims=False): reduce over free axes (Vector Engine)."
+    return helper
+
+
+for _token in _ops.UNARY.values():
+    _token.helper = _unary_helper(_token, vector=_token.name == "reciprocal")
+    globals()[_token.name] = _token
+for _token in _ops.BINARY.values():
+    _token.helper = _binary_helper(_token)
+    globals()[_token.name] = _token
+
+sum = _reduction(_ops.BINARY["add"], "sum")  # noqa: A001 - the NKI name
+max = _reduction(_ops.BINARY["maximum"], "max")  # noqa: A001
+min = _reduction(_ops.BINARY["minimum"], "min")  # noqa: A001
+prod = _reduction(_ops.BINARY["multiply"], "prod")
+mean = _reduction(_ops.BINARY["add"], "mean", mean=True)
+_ops.UNARY["copy"].helper = _copy_tile  # nl.copy is a tensor_copy, not a Scalar Engine pass
+del _token
+
+__all__ = [
+    "sbuf", "psum", "hbm", "shared_hbm", "private_hbm", "tile_size", "ds", "par_dim",
+    "int8", "int16", "int32", "uint8", "uint16", "uint32", "float8_e4m3", "float8_e5m2", "float16",
+    "bfloat16", "tfloat32", "float32", "bool_",
+    "ndarray", "zeros", "ones", "full", "zeros_like", "ndarray_like",
+    "program_id", "num_programs", "program_ndim", "affine_range", "sequential_range", "static_range",
+    "load", "store", "copy", "matmul", "transpose", "sum", "max", "min", "prod", "mean",
+    *_ops.UNARY, *_ops.BINARY,
+]

@@ -1,0 +1,185 @@
+"""State of one simulated launch: target, program ids, on-chip capacity, instruction trace.
+
+Instructions execute eagerly as the kernel's Python runs (loops and `if` are ordinary Python),
+and each one appends a `Instr` record to the trace that the cost model schedules afterwards.
+
+Capacity: every SBUF/PSUM `nl.ndarray` reserves its bytes per partition (PSUM: whole 2 KiB banks)
+when created and gives them back when Python frees the tile object (weakref.finalize), i.e. when
+the kernel drops its last reference. A tile re-created in each loop iteration therefore costs two
+tiles at the moment of re-creation (the old one is freed on rebinding), like double buffering.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import weakref
+
+from . import dtypes as _dt
+from .errors import NKIError, kernel_location
+from .targets import Target
+from .tensor import Allocation, Buffer, NkiTensor, box
+
+PMAX = 128
+
+# The launch in progress, per thread (two threads may simulate kernels at the same time).
+_LOCAL = threading.local()
+
+
+class Instr:
+    """One executed instruction, as recorded for the cost model (see `as_dict`)."""
+
+    __slots__ = ("index", "op", "engine", "location", "cost", "reads", "writes",
+                 "shapes", "dtypes", "buffers", "nbytes", "flops", "matmul_dtype")
+
+    def as_dict(self) -> dict:
+        return {"index": self.index, "op": self.op, "engine": self.engine, "location": self.location,
+                "shapes": self.shapes, "dtypes": self.dtypes, "buffers": self.buffers,
+                "bytes": self.nbytes, "flops": self.flops, "cost": self.cost}
+
+    def __repr__(self):
+        return (f"Instr({self.index}, {self.op}, engine={self.engine}, shapes={self.shapes}, "
+                f"dtypes={self.dtypes}, buffers={self.buffers}, bytes={self.nbytes}, at {self.location})")
+
+
+class Run:
+    def __init__(self, target: Target, grid: tuple):
+        self.target = target
+        self.grid = grid
+        self.program_id = (0,) * len(grid)
+        self.trace: list[Instr] = []
+        self.sbuf_used = 0
+        self.psum_banks_used = 0
+        self.peak_sbuf = 0
+        self.peak_psum_banks = 0
+        self.shared: list[Allocation] = []  # shared_hbm allocations, reused by every program
+        self.shared_index = 0
+
+    # ------------------------------------------------------------------ memory
+    def allocate(self, shape, dtype, buffer, name=None, instruction="nl.ndarray") -> NkiTensor:
+        shape = _check_shape(shape, instruction)
+        if buffer is None:
+            buffer = _default_buffer()
+        elif not isinstance(buffer, Buffer):
+            raise NKIError(instruction, f"buffer must be nl.sbuf, nl.psum, nl.hbm or nl.shared_hbm, got {buffer!r}")
+        dtype = _dt.normalize(dtype, instruction)
+        if buffer.kind == "hbm":
+            return self._allocate_hbm(shape, dtype, buffer, name)
+        if not shape:
+            raise NKIError(instruction, f"an {buffer!r} tensor needs a partition dimension, got shape ()")
+        if shape[0] > PMAX:
+            raise NKIError(instruction, f"partition dimension {shape[0]} of shape {shape} exceeds "
+                           f"nl.tile_size.pmax ({PMAX})", "tile the first axis into chunks of at most 128")
+        per_partition = math.prod(shape[1:]) * _dt.storage_dtype(dtype).itemsize
+        alloc = Allocation(shape, dtype, buffer, name)
+        if buffer.kind == "sbuf":
+            self._reserve_sbuf(per_partition, shape, instruction)
+            weakref.finalize(alloc, self._release_sbuf, per_partition)
+        else:
+            banks = self._reserve_psum(per_partition, shape, instruction)
+            alloc.acc = None
+            weakref.finalize(alloc, self._release_psum, banks)
+        return NkiTensor(alloc, alloc.storage)
+
+    def _allocate_hbm(self, shape, dtype, buffer, name):
+        if buffer.name == "shared_hbm" and len(self.grid) > 0:
+            # Every program of a grid sees the same shared output: the k-th shared allocation of
+            # each program is the same tensor.
+            if self.shared_index < len(self.shared):
+                alloc = self.shared[self.shared_index]
+                self.shared_index += 1
+                if alloc.storage.shape != shape or alloc.dtype != dtype:
+                    raise NKIError("nl.ndarray", "programs of one grid allocated different shared_hbm tensors "
+                                   f"({alloc.storage.shape} vs {shape})",
+                                   "allocate shared outputs identically in every program")
+                return NkiTensor(alloc, alloc.storage)
+            alloc = Allocation(shape, dtype, buffer, name)
+            self.shared.append(alloc)
+            self.shared_index += 1
+            return NkiTensor(alloc, alloc.storage)
+        alloc = Allocation(shape, dtype, buffer, name)
+        return NkiTensor(alloc, alloc.storage)
+
+    def _reserve_sbuf(self, nbytes, shape, instruction):
+        cap = self.target.sbuf_bytes_per_partition
+        if self.sbuf_used + nbytes > cap:
+            raise NKIError(instruction, f"SBUF capacity exceeded: a {shape} tile needs {nbytes} bytes per "
+                           f"partition, {self.sbuf_used} of {cap} are in use ({self.target.name})",
+                           "use smaller tiles or drop references to tiles no longer needed")
+        self.sbuf_used += nbytes
+        self.peak_sbuf = max(self.peak_sbuf, self.sbuf_used)
+
+    def _reserve_psum(self, nbytes, shape, instruction) -> int:
+        bank = self.target.psum_bank_bytes
+        banks = max(1, -(-nbytes // bank))
+        total = self.target.psum_banks
+        if self.psum_banks_used + banks > total:
+            raise NKIError(instruction, f"PSUM capacity exceeded: a {shape} tile needs {banks} bank(s) of "
+                           f"{bank} bytes per partition, {self.psum_banks_used} of {total} banks are in use "
+                           f"({self.target.name})",
+                           "PSUM holds 8 tiles of up to [128, 512] float32; drop references to old ones")
+        self.psum_banks_used += banks
+        self.peak_psum_banks = max(self.peak_psum_banks, self.psum_banks_used)
+        return banks
+
+    def _release_sbuf(self, nbytes):
+        self.sbuf_used -= nbytes
+
+    def _release_psum(self, banks):
+        self.psum_banks_used -= banks
+
+    # ------------------------------------------------------------------ trace
+    def record(self, op, engine, writes, reads, cost, flops=0, nbytes=0, matmul_dtype=None):
+        ins = Instr()
+        ins.index = len(self.trace)
+        ins.op = op
+        ins.engine = engine
+        ins.location = kernel_location()
+        ins.cost = cost
+        ins.writes = [(t.alloc.id, box(t)) for t in writes]
+        ins.reads = [(t.alloc.id, box(t)) for t in reads]
+        operands = (*writes, *reads)
+        ins.shapes = tuple([t.data.shape for t in operands])
+        ins.dtypes = tuple([t.alloc.dtype_name for t in operands])
+        ins.buffers = tuple([t.alloc.buffer.name for t in operands])
+        ins.nbytes = nbytes
+        ins.flops = flops
+        ins.matmul_dtype = matmul_dtype
+        self.trace.append(ins)
+        return ins
+
+
+def _default_buffer():
+    from .tensor import sbuf
+
+    return sbuf
+
+
+def _check_shape(shape, instruction):
+    if isinstance(shape, int):
+        shape = (shape,)
+    try:
+        shape = tuple(int(s) for s in shape)
+    except TypeError:
+        raise NKIError(instruction, f"shape must be a tuple of ints, got {shape!r}") from None
+    if any(s <= 0 for s in shape):
+        raise NKIError(instruction, f"shape {shape} has a non-positive dimension")
+    return shape
+
+
+def current(instruction: str = "nki") -> Run:
+    run = getattr(_LOCAL, "run", None)
+    if run is None:
+        raise NKIError(instruction, "NKI language calls are only valid inside a running kernel",
+                       "decorate the function with @nki.jit and call it (or nki.simulate(kernel)(...))")
+    return run
+
+
+def active() -> "Run | None":
+    return getattr(_LOCAL, "run", None)
+
+
+def set_run(run):
+    previous = getattr(_LOCAL, "run", None)
+    _LOCAL.run = run
+    return previous

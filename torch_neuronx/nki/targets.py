@@ -1,0 +1,67 @@
+"""Per-generation figures used by the simulator (capacity) and the cost model (clocks, DMA).
+
+Figures from REFERENCE.md §2. The target of a plain simulated run comes from
+NEURON_PLATFORM_TARGET_OVERRIDE (trn2 or trn3, default trn2), read at each launch.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from .errors import NKIError
+
+KIB = 1024
+ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    sbuf_bytes_per_partition: int
+    psum_bytes_per_partition: int
+    psum_bank_bytes: int
+    clock_ghz: dict = field(default_factory=dict)  # compute engine -> GHz
+    dma_queues: int = 16
+    dma_queue_bytes_per_ns: float = 23.0
+    dma_setup_us: float = 1.3
+    fp8_matmul_speedup: float = 2.0  # TensorE rate of fp8 relative to bf16
+
+    @property
+    def psum_banks(self) -> int:
+        return self.psum_bytes_per_partition // self.psum_bank_bytes
+
+    def tensor_peak_flops(self, dtype_name: str = "bfloat16") -> float:
+        """Peak TensorE FLOP/s of one core: a 128x128 array doing one multiply-add per PE per cycle."""
+        rate = 2 * 128 * 128 * self.clock_ghz["tensor"] * 1e9
+        if dtype_name in ("float32", "tfloat32"):
+            return rate / 4
+        if dtype_name.startswith("float8"):
+            return rate * self.fp8_matmul_speedup
+        return rate
+
+
+TARGETS = {
+    "trn2": Target("trn2", 224 * KIB, 16 * KIB, 2 * KIB,
+                   {"tensor": 2.4, "vector": 0.96, "scalar": 1.2, "gpsimd": 1.2},
+                   dma_queue_bytes_per_ns=23.0, fp8_matmul_speedup=2.0),
+    "trn3": Target("trn3", 256 * KIB, 16 * KIB, 2 * KIB,
+                   {"tensor": 2.4, "vector": 1.2, "scalar": 1.2, "gpsimd": 1.2},
+                   dma_queue_bytes_per_ns=33.0, fp8_matmul_speedup=4.0),
+}
+
+ENV_VAR = "NEURON_PLATFORM_TARGET_OVERRIDE"
+
+
+def get_target(name: str | None = None) -> Target:
+    """The named target, or the one NEURON_PLATFORM_TARGET_OVERRIDE selects (default trn2)."""
+    source = "target"
+    if name is None:
+        name = os.environ.get(ENV_VAR, "").strip() or "trn2"
+        source = ENV_VAR
+    if isinstance(name, Target):
+        return name
+    key = str(name).strip().lower()
+    if key not in TARGETS:
+        raise NKIError("nki", f"unknown {source} {name!r}", f"use one of {sorted(TARGETS)}")
+    return TARGETS[key]

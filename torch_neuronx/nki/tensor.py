@@ -1,0 +1,316 @@
+"""Tensors of the simulator: an allocation in one buffer (HBM, SBUF, PSUM) and views of it.
+
+An `Allocation` owns a NumPy array in the storage dtype. An `NkiTensor` is a view: a NumPy view of
+that array plus its byte offset from the allocation start (kept by hand because asking NumPy for a
+view's address costs microseconds, and the cost model needs it for every operand).
+On-chip tensors have the partition dimension first; views must keep it first.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import operator
+
+import numpy as np
+
+from . import dtypes as _dt
+from .errors import NKIError
+
+
+class Buffer:
+    """A memory space: `nl.sbuf`, `nl.psum`, `nl.hbm` (private to a program) or `nl.shared_hbm`."""
+
+    __slots__ = ("name", "kind")
+
+    def __init__(self, name: str, kind: str):
+        self.name = name
+        self.kind = kind  # "sbuf", "psum" or "hbm"
+
+    @property
+    def on_chip(self) -> bool:
+        return self.kind != "hbm"
+
+    def __repr__(self):
+        return f"nl.{self.name}"
+
+
+sbuf = Buffer("sbuf", "sbuf")
+psum = Buffer("psum", "psum")
+hbm = Buffer("hbm", "hbm")
+shared_hbm = Buffer("shared_hbm", "hbm")
+private_hbm = Buffer("private_hbm", "hbm")
+
+_ids = itertools.count(1)
+
+
+class Allocation:
+    """One buffer allocation (an `nl.ndarray`, or a kernel argument copied into HBM)."""
+
+    __slots__ = ("id", "buffer", "storage", "dtype", "name", "written", "acc", "rowbytes", "dtype_name",
+                 "full_box", "__weakref__")
+
+    def __init__(self, shape, dtype, buffer: Buffer, name=None, fill=None, storage=None):
+        self.id = next(_ids)
+        self.buffer = buffer
+        self.dtype = dtype
+        self.name = name
+        self.written = False
+        self.acc = None  # PSUM only: which elements a matmul accumulation group has started on
+        if storage is None:
+            storage = np.empty(shape, dtype=_dt.storage_dtype(dtype))
+            storage.fill(_dt.poison_value(dtype) if fill is None else fill)
+        self.storage = storage
+        self.dtype_name = _dt.name(dtype)
+        self.full_box = None
+        # Bytes per partition of an on-chip tile (its row); HBM is addressed as one flat row.
+        self.rowbytes = storage.strides[0] if (buffer.on_chip and storage.ndim > 1) else (
+            storage.itemsize if buffer.on_chip else storage.nbytes)
+
+
+class DynSlice:
+    """`nl.ds(start, size)`: `size` elements from `start` (a slice with a static size)."""
+
+    __slots__ = ("start", "size", "step")
+
+    def __init__(self, start, size, step=1):
+        self.start = operator.index(start)
+        self.size = operator.index(size)
+        self.step = operator.index(step)
+
+    def __repr__(self):
+        return f"nl.ds({self.start}, {self.size})"
+
+
+def ds(start, size, step=1) -> DynSlice:
+    return DynSlice(start, size, step)
+
+
+class NkiTensor:
+    """A view of an allocation. Index with ints, slices and `nl.ds`; `reshape`, `permute`,
+    `broadcast_to` make more views. Arithmetic operators call the `nl` helpers."""
+
+    __slots__ = ("alloc", "data", "offset", "__weakref__")
+    __array_priority__ = 1000  # so that `ndarray + tile` defers to the tile
+
+    def __init__(self, alloc: Allocation, data: np.ndarray, offset: int = 0):
+        self.alloc = alloc
+        self.data = data
+        self.offset = offset
+
+    # --- metadata
+    @property
+    def shape(self):
+        return self.data.shape
+
+    @property
+    def ndim(self):
+        return self.data.ndim
+
+    @property
+    def dtype(self):
+        return self.alloc.dtype
+
+    @property
+    def buffer(self) -> Buffer:
+        return self.alloc.buffer
+
+    @property
+    def itemsize(self) -> int:
+        return self.data.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.size * self.data.itemsize
+
+    @property
+    def partitions(self) -> int:
+        return self.data.shape[0] if self.data.ndim else 1
+
+    @property
+    def free_size(self) -> int:
+        """Elements per partition."""
+        return math.prod(self.data.shape[1:]) if self.data.ndim else 1
+
+    def __len__(self):
+        return self.data.shape[0]
+
+    def __repr__(self):
+        name = f" {self.alloc.name!r}" if self.alloc.name else ""
+        return f"NkiTensor{name}(shape={self.shape}, dtype={_dt.name(self.dtype)}, buffer={self.buffer!r})"
+
+    def numpy(self) -> np.ndarray:
+        """A copy of the values (for debugging inside a simulated kernel)."""
+        return np.array(self.data)
+
+    # --- views
+    def __getitem__(self, index):
+        if not isinstance(index, tuple):
+            index = (index,)
+        data = self.data
+        shape, strides = data.shape, data.strides
+        items = []
+        offset = self.offset
+        axis = 0
+        for item in index:
+            if item is Ellipsis:
+                rest = len(index) - index.index(Ellipsis) - 1
+                fill = data.ndim - axis - rest
+                items.extend([slice(None)] * fill)
+                axis += fill
+                continue
+            if item is None:
+                raise NKIError("tensor indexing", "new axes (None) are not supported",
+                               "use .reshape() to add a dimension")
+            if axis >= data.ndim:
+                raise NKIError("tensor indexing", f"too many indices for a tensor of shape {shape}")
+            n = shape[axis]
+            if isinstance(item, DynSlice):
+                start, stop, step = item.start, item.start + item.size * item.step, item.step
+                if item.size <= 0 or step <= 0 or start < 0 or start + (item.size - 1) * step >= n:
+                    raise NKIError("tensor indexing", f"{item!r} is out of bounds for axis {axis} of size {n}",
+                                   f"tensor shape {shape}")
+                items.append(slice(start, stop, step))
+                offset += start * strides[axis]
+            elif isinstance(item, slice):
+                start, stop, step = item.indices(n)
+                if item.stop is not None and isinstance(item.stop, int) and item.stop > n:
+                    raise NKIError("tensor indexing", f"slice {item.start}:{item.stop} is out of bounds for "
+                                   f"axis {axis} of size {n}", f"tensor shape {shape}")
+                items.append(slice(start, stop, step))
+                if stop != start:
+                    offset += start * strides[axis]
+            elif isinstance(item, (int, np.integer)):
+                i = int(item)
+                if not -n <= i < n:
+                    raise NKIError("tensor indexing", f"index {i} is out of bounds for axis {axis} of size {n}",
+                                   f"tensor shape {shape}")
+                i %= n
+                offset += i * strides[axis]
+                # On chip the partition axis stays an axis (of size 1): tiles are always [P, ...].
+                items.append(slice(i, i + 1) if (axis == 0 and self.buffer.on_chip) else i)
+            else:
+                raise NKIError("tensor indexing", f"unsupported index {item!r}",
+                               "use ints, slices or nl.ds(start, size)")
+            axis += 1
+        return NkiTensor(self.alloc, data[tuple(items)], offset)
+
+    def __setitem__(self, index, value):
+        raise NKIError("tensor assignment", "tensors cannot be assigned to with [] in a kernel",
+                       "write with nl.store / nisa.dma_copy (HBM) or nisa.tensor_copy (on chip)")
+
+    def reshape(self, *shape) -> "NkiTensor":
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        view = self.data.view()
+        try:
+            view.shape = shape
+        except (AttributeError, ValueError) as exc:
+            raise NKIError("reshape", f"cannot view shape {self.shape} as {tuple(shape)} without a copy ({exc})",
+                           "reshape a contiguous tensor, or copy it first") from None
+        if self.buffer.on_chip and view.shape[0] != self.shape[0]:
+            raise NKIError("reshape", f"on-chip reshape must keep the partition dimension "
+                           f"({self.shape[0]}), got {tuple(view.shape)}")
+        return NkiTensor(self.alloc, view, self.offset)
+
+    def permute(self, *dims) -> "NkiTensor":
+        if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+            dims = tuple(dims[0])
+        if sorted(dims) != list(range(self.ndim)):
+            raise NKIError("permute", f"{dims} is not a permutation of the {self.ndim} axes of {self.shape}")
+        if self.buffer.on_chip and dims[0] != 0:
+            raise NKIError("permute", "an on-chip tensor cannot move its partition axis with a view",
+                           "use nisa.nc_transpose (or a DMA through HBM) to transpose partitions")
+        return NkiTensor(self.alloc, self.data.transpose(dims), self.offset)
+
+    def transpose(self, *dims) -> "NkiTensor":
+        return self.permute(*(dims or reversed(range(self.ndim))))
+
+    @property
+    def T(self) -> "NkiTensor":
+        return self.permute(*reversed(range(self.ndim)))
+
+    def broadcast_to(self, shape) -> "NkiTensor":
+        try:
+            view = np.broadcast_to(self.data, tuple(shape))
+        except ValueError:
+            raise NKIError("broadcast_to", f"cannot broadcast shape {self.shape} to {tuple(shape)}") from None
+        return NkiTensor(self.alloc, view, self.offset)
+
+    def expand_dims(self, axis) -> "NkiTensor":
+        shape = list(self.shape)
+        shape.insert(axis if axis >= 0 else len(shape) + 1 + axis, 1)
+        return NkiTensor(self.alloc, self.data.reshape(shape), self.offset)
+
+    # --- operators forward to the nl helpers (imported lazily: language imports this module)
+    def _binary(self, other, name, reverse=False):
+        from . import language as nl
+        op = getattr(nl, name)
+        return op(other, self) if reverse else op(self, other)
+
+    def __add__(self, o): return self._binary(o, "add")
+    def __radd__(self, o): return self._binary(o, "add", True)
+    def __sub__(self, o): return self._binary(o, "subtract")
+    def __rsub__(self, o): return self._binary(o, "subtract", True)
+    def __mul__(self, o): return self._binary(o, "multiply")
+    def __rmul__(self, o): return self._binary(o, "multiply", True)
+    def __truediv__(self, o): return self._binary(o, "divide")
+    def __rtruediv__(self, o): return self._binary(o, "divide", True)
+    def __pow__(self, o): return self._binary(o, "power")
+    def __matmul__(self, o):
+        from . import language as nl
+        return nl.matmul(self, o)
+
+    def __neg__(self):
+        from . import language as nl
+        return nl.negative(self)
+
+    def __bool__(self):
+        raise NKIError("tensor truth value", "a tensor has no Python truth value at trace time",
+                       "loops and `if` are resolved at trace time on Python values only")
+
+
+def box(t: NkiTensor):
+    """(partition lo, hi, free-byte lo, hi) the view touches inside its allocation (half-open).
+
+    On chip the free range is the span within one partition row; in HBM the whole tensor is one row.
+    Conservative (a bounding box), which is what dependency tracking needs.
+    """
+    data = t.data
+    alloc = t.alloc
+    if data is alloc.storage:  # the whole allocation: the common case, cached
+        if alloc.full_box is None:
+            alloc.full_box = _box(t)
+        return alloc.full_box
+    return _box(t)
+
+
+def _box(t: NkiTensor):
+    data = t.data
+    rb = t.alloc.rowbytes
+    off = t.offset
+    if data.size == 0:
+        return (0, 0, 0, 0)
+    lo_f = hi_f = 0
+    shape, strides = data.shape, data.strides
+    if not t.alloc.buffer.on_chip:
+        for n, s in zip(shape, strides):
+            if s > 0:
+                hi_f += (n - 1) * s
+            else:
+                lo_f += (n - 1) * s
+        return (0, 1, off + lo_f, off + hi_f + data.itemsize)
+    p0, f0 = divmod(off, rb)
+    if data.ndim == 0:
+        return (p0, p0 + 1, f0, f0 + data.itemsize)
+    s0 = strides[0]
+    if s0 % rb:
+        return (0, t.alloc.storage.shape[0], 0, rb)
+    p_hi = p0 + (shape[0] - 1) * (s0 // rb) if s0 >= 0 else p0
+    p_lo = p0 + (shape[0] - 1) * (s0 // rb) if s0 < 0 else p0
+    for n, s in zip(shape[1:], strides[1:]):
+        if s > 0:
+            hi_f += (n - 1) * s
+        else:
+            lo_f += (n - 1) * s
+    return (p_lo, p_hi + 1, f0 + lo_f, f0 + hi_f + data.itemsize)

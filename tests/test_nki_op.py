@@ -198,3 +198,58 @@ def test_wrap_nki_makes_a_kernel_an_op():
     assert torch.ops.nki_test.wrapped_add.default(a, b).shape == (40, 16)
     with pytest.raises(TypeError, match="annotations"):
         wrap_nki(ADD, "nki_test::unannotated_kernel")
+
+
+# ------------------------------------------------ every sample kernel as an op on neuron tensors
+SOFTMAX = _example("softmax").softmax_kernel
+LAYERNORM = _example("layernorm").layernorm_kernel
+MATMUL = _example("matmul")
+FLASH = _example("flash_attention").flash_attention_fwd
+
+
+@nki_op("nki_test::softmax", mutates_args=())
+def nki_softmax(x: torch.Tensor) -> torch.Tensor:
+    return SOFTMAX(x)
+
+
+@nki_op("nki_test::layernorm", mutates_args=())
+def nki_layernorm(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float) -> torch.Tensor:
+    return LAYERNORM(x, gamma, beta, eps)
+
+
+@nki_op("nki_test::matmul_naive", mutates_args=())
+def nki_matmul_naive(lhsT: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+    return MATMUL.matmul_naive(lhsT, rhs)
+
+
+@nki_op("nki_test::matmul_optimized", mutates_args=())
+def nki_matmul_optimized(lhsT: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+    return MATMUL.matmul_optimized(lhsT, rhs)
+
+
+@nki_op("nki_test::flash_attention", mutates_args=())
+def nki_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return FLASH(q, k, v)
+
+
+def test_softmax_and_layernorm_ops():
+    x = torch.randn(150, 300, device=DEVICE) * 3
+    torch.testing.assert_close(nki_softmax(x).cpu(), torch.softmax(x, -1).cpu(), rtol=1e-5, atol=1e-6)
+    gamma, beta = torch.randn(300, device=DEVICE), torch.randn(300, device=DEVICE)
+    expected = torch.nn.functional.layer_norm(x, (300,), gamma, beta, 1e-5)
+    torch.testing.assert_close(nki_layernorm(x, gamma, beta, 1e-5).cpu(), expected.cpu(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("op", [nki_matmul_naive, nki_matmul_optimized], ids=["naive", "optimized"])
+def test_matmul_ops_bf16(op):
+    lhsT = torch.randn(256, 128, device=DEVICE, dtype=torch.bfloat16)
+    rhs = torch.randn(256, 512, device=DEVICE, dtype=torch.bfloat16)
+    out = op(lhsT, rhs)
+    expected = lhsT.float().t() @ rhs.float()  # fp32 accumulation, one bf16 rounding of the result
+    torch.testing.assert_close(out.float().cpu(), expected.cpu(), rtol=1e-2, atol=1e-2)
+
+
+def test_flash_attention_op_matches_sdpa():
+    q, k, v = (torch.randn(512, 64, device=DEVICE) for _ in range(3))  # seq: a multiple of K_BLOCK
+    expected = torch.nn.functional.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True)[0]
+    torch.testing.assert_close(nki_flash_attention(q, k, v).cpu(), expected.cpu(), rtol=1e-4, atol=1e-4)

@@ -603,6 +603,24 @@ at::Tensor cpuAlias(const at::Tensor& tensor) {
   return tensorLike(c10::Storage(std::move(cpu_storage)), c10::DispatchKey::CPU, tensor);
 }
 
+at::Tensor hostView(const at::Tensor& tensor) {
+  return tensor.device().type() == kNeuron ? cpuAlias(tensor) : tensor;
+}
+
+at::Tensor owningHostView(const at::Tensor& tensor) {
+  TORCH_CHECK(tensor.device().type() == kNeuron, "owningHostView expects a neuron tensor, got ",
+              tensor.device());
+  const c10::Storage& storage = tensor.storage();
+  auto* owner = new c10::Storage(storage);
+  c10::DataPtr data(
+      const_cast<void*>(storage.data()), owner,
+      [](void* ctx) { delete static_cast<c10::Storage*>(ctx); }, c10::Device(c10::DeviceType::CPU));
+  auto cpu_storage = c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), storage.nbytes(), std::move(data), nullptr,
+      /*resizable=*/false);
+  return tensorLike(c10::Storage(std::move(cpu_storage)), c10::DispatchKey::CPU, tensor);
+}
+
 at::Tensor adoptOnDevice(const at::Tensor& cpu, c10::DeviceIndex device) {
   c10::StorageImpl* storage = cpu.storage().unsafeGetStorageImpl();
   const size_t nbytes = storage->nbytes();

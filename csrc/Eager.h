@@ -26,6 +26,14 @@ enum OpFlags : int {
 // A CPU tensor over the same memory as `tensor` (a neuron tensor).
 at::Tensor cpuAlias(const at::Tensor& tensor);
 
+// cpuAlias for a neuron tensor, the tensor itself for a CPU one: the host
+// operand of a kernel that runs PyTorch's CPU implementation.
+at::Tensor hostView(const at::Tensor& tensor);
+
+// cpuAlias whose storage holds a reference to the device storage, so the
+// device memory lives as long as the view (handed to gloo, kept by a Work).
+at::Tensor owningHostView(const at::Tensor& tensor);
+
 // A neuron tensor owning the result `cpu` of a CPU kernel run on `device`:
 // adopted without a copy when its memory came from the device allocator.
 at::Tensor adoptOnDevice(const at::Tensor& cpu, c10::DeviceIndex device);

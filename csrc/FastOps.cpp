@@ -30,10 +30,6 @@ c10::DeviceIndex sameCore(const at::Tensor& self, const at::Tensor& other) {
   return other.device().is_cpu() && other.dim() == 0 ? self.device().index() : -1;
 }
 
-at::Tensor hostView(const at::Tensor& tensor) {
-  return tensor.device().is_cpu() ? tensor : cpuAlias(tensor);
-}
-
 const c10::OperatorHandle& handle(const char* name, const char* overload) {
   // Leaked on purpose, like every dispatcher registration here.
   auto* op = new c10::OperatorHandle(c10::Dispatcher::singleton().findSchemaOrThrow(name, overload));

@@ -60,10 +60,6 @@ at::Tensor emptyStrided(
       size, stride, &neuronAllocator(), kNeuronKeys, c10::dtype_or_default(dtype));
 }
 
-at::Tensor hostView(const at::Tensor& tensor) {
-  return tensor.device().type() == kNeuron ? cpuAlias(tensor) : tensor;
-}
-
 // Host <-> device and device <-> device copies: both sides are host memory,
 // so a copy is PyTorch's CPU copy kernel over the two aliases.
 at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
@@ -206,10 +202,23 @@ int64_t sdpaChoice(
       enable_gqa);
 }
 
+// `module.to("neuron")` replaces each parameter's data in place (param.data =
+// moved) only when this says the two tensors' implementations are
+// interchangeable, as CPU and CUDA ones are. Without it the Parameter objects
+// are replaced, and an optimizer built before .to() keeps the old ones.
+bool hasCompatibleShallowCopyType(const at::Tensor& self, const at::Tensor& from) {
+  auto plain = [](const at::Tensor& t) {
+    return t.layout() == c10::Layout::Strided &&
+           (t.device().is_cpu() || t.device().type() == kNeuron);
+  };
+  return plain(self) && plain(from);
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("native_dropout", nativeDropout);
+  m.impl("_has_compatible_shallow_copy_type", hasCompatibleShallowCopyType);
   m.impl("empty.memory_format", empty);
   m.impl("empty_strided", emptyStrided);
   m.impl("_copy_from", copyFrom);

@@ -61,6 +61,8 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("_memory_snapshot", &memorySnapshot);
   m.def("_host_view", &tn::cpuAlias, "A CPU tensor over the same memory as a neuron tensor (no copy).");
+  m.def("_owning_host_view", &tn::owningHostView,
+        "_host_view that keeps the neuron tensor's memory alive as long as the view lives.");
 
   m.def("_adopt_host", [](const at::Tensor& cpu, int device) {
     return tn::adoptHost(cpu, static_cast<c10::DeviceIndex>(device));

@@ -653,6 +653,10 @@ def _scenario_training(rank: int, world: int) -> dict:
     dist.barrier()
     out["cpu_all_reduce"] = cpu
     out["objects"] = objects
+    # As with NCCL, the output of all_gather_into_tensor only needs world * numel elements.
+    flat = torch.empty(world * 3, device=device)
+    dist.all_gather_into_tensor(flat, torch.full((1, 3), float(rank), device=device))
+    out["gather_flat"] = flat.cpu()
 
     X, Y = _train_data()
 
@@ -873,7 +877,67 @@ def _scenario_mesh4(rank: int, world: int) -> dict:
     return out
 
 
+class _UserMLP(torch.nn.Module):
+    """_mlp() inside a user-defined module: Dynamo compiles user frames, while a bare
+    nn.Sequential wrapped by DDP/FSDP has only torch-internal frames, which it skips."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = _mlp()
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def _scenario_compiled(rank: int, world: int) -> dict:
+    """torch.compile(backend="neuron") of DDP(model) and of an FSDP2 (root-sharded)
+    model, trained like _scenario_training."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import torch_neuronx
+
+    dist.init_process_group("neuron", timeout=datetime.timedelta(seconds=60))
+    device = torch.device("neuron", torch.neuron.current_device())
+    X, Y = _train_data()
+    out: dict = {}
+
+    def train(model, parameters, label):
+        optimizer = torch.optim.SGD(parameters, lr=LR)
+        losses = []
+        for step in range(TRAIN_STEPS):
+            loss = torch.nn.functional.mse_loss(model(_shard(X[step], rank, world).to(device)),
+                                                _shard(Y[step], rank, world).to(device))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        out[f"{label}_losses"] = losses
+
+    for label in ("ddp", "fsdp"):
+        torch_neuronx.reset_dynamo_metrics()
+        try:
+            if label == "ddp":
+                wrapped = DDP(_UserMLP().to(device), device_ids=[device.index])
+                train(torch.compile(wrapped, backend="neuron"), wrapped.parameters(), label)
+                out["ddp_params"] = [p.detach().cpu() for p in wrapped.module.parameters()]
+            else:
+                model = _UserMLP().to(device)
+                fully_shard(model)
+                train(torch.compile(model, backend="neuron"), model.parameters(), label)
+                out["fsdp_params"] = [p.full_tensor().detach().cpu() for p in model.parameters()]
+            metrics = torch_neuronx.get_dynamo_metrics()
+            out[f"{label}_graphs"] = metrics["forward_graphs"] + metrics["backward_graphs"]
+        except Exception:  # noqa: BLE001
+            out[f"{label}_error"] = traceback.format_exc()
+    dist.barrier()
+    dist.destroy_process_group()
+    return out
+
+
 SCENARIOS = {
+    "compiled": _scenario_compiled,
     "collectives": _scenario_collectives,
     "training": _scenario_training,
     "mesh4": _scenario_mesh4,
@@ -890,6 +954,13 @@ def _worker_main(scenario: str, outdir: str) -> None:
 
 
 # ----------------------------------------------------------------------------- tests
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    run = _launch("compiled", tmp_path_factory.mktemp("compiled"), timeout=240)
+    assert not run["timed_out"] and run["codes"] == [0] * WORLD, _tail(run)
+    return run["results"]
 
 
 @pytest.fixture(scope="module")
@@ -984,6 +1055,7 @@ def test_binding_follows_local_rank_among_visible_cores(training):
 
 def test_cpu_tensors_and_objects_on_neuron_backend(training):
     for result in training:
+        assert torch.equal(result["gather_flat"], torch.tensor([0.0, 0, 0, 1, 1, 1]))
         assert torch.equal(result["cpu_all_reduce"], torch.full((3,), 3.0))
         assert result["objects"] == [("rank", 0), ("rank", 1)]
 
@@ -1103,6 +1175,37 @@ def test_ddp_example_under_torchrun(tmp_path):
     first, last = (float(v) for v in __import__("re").search(
         r"loss ([0-9.]+) -> ([0-9.]+)", out).groups())
     assert last < 0.5 * first, out
+
+
+@pytest.mark.parametrize("kind", ["ddp", "fsdp"])
+def test_compiled_data_parallel_training_matches_single_process(compiled, kind):
+    """torch.compile(backend="neuron") of a DDP / FSDP2 model (forward and backward graphs
+    compiled, collectives run eagerly from DDP's and FSDP2's hooks): training still
+    matches the single-process reference."""
+    reference = _reference()
+    for rank, result in enumerate(compiled):
+        assert f"{kind}_error" not in result, result.get(f"{kind}_error")
+        assert result[f"{kind}_graphs"] > 0  # the neuron backend really compiled graphs
+        torch.testing.assert_close(torch.tensor(result[f"{kind}_losses"]),
+                                   torch.tensor(reference["losses"][rank]), rtol=0, atol=1e-5)
+        for got, want in zip(result[f"{kind}_params"], reference["params"], strict=True):
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+def test_two_nodes_on_loopback_with_torchrun_rendezvous(tmp_path):
+    """Two torchrun "nodes" (one process each) meet through the c10d rendezvous on localhost."""
+    port = _free_port()
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+         "--node-rank", str(node), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+         "--rdzv-id", "neuron-two-nodes", str(EXAMPLE), "--steps", "6"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_base_env(), cwd=ROOT)
+        for node in (0, 1)]
+    outputs = [proc.communicate(timeout=180)[0] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], "\n".join(o[-3000:] for o in outputs)
+    combined = "\n".join(outputs)
+    assert "rank 0/2 on neuron:0" in combined and "rank 1/2 on neuron:0" in combined, combined[-3000:]
+    assert "parameters identical on all ranks" in combined, combined[-3000:]
 
 
 def test_more_ranks_than_cores_is_a_clear_error(monkeypatch):

@@ -402,3 +402,19 @@ def test_recurrent_layers_match_cpu(cell):
     actual.sum().backward()
     for p_dev, p_cpu in zip(dev_layer.parameters(), layer.parameters()):
         torch.testing.assert_close(p_dev.grad.cpu(), p_cpu.grad, **FP32)
+
+
+def test_module_to_neuron_keeps_parameter_objects_like_cuda():
+    """module.to("neuron") moves each parameter's data in place (param.data = moved), so an
+    optimizer created before the move still holds the module's parameters and trains them."""
+    model = torch.nn.Linear(3, 2)
+    weight = model.weight
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    model.to("neuron")
+    assert model.weight is weight and weight.device.type == "neuron"
+    before = weight.detach().cpu().clone()
+    model(torch.randn(4, 3, device="neuron")).sum().backward()
+    optimizer.step()
+    assert not torch.equal(weight.detach().cpu(), before)
+    model.to("cpu")
+    assert model.weight is weight and weight.device.type == "cpu"

@@ -27,11 +27,11 @@ reducer, functional collectives (DTensor, FSDP2) and object collectives.
 - Gloo works are kept referenced here until shortly after they complete, so
   that their tensors are freed on a Python thread, not on gloo's (see
   ``_track``).
-- ``_C._host_view`` does not own the device memory, so the host tensors given
-  to gloo are rebuilt over the same bytes with a buffer that holds a reference
-  to the device tensor (``_owning_host_view``): the device memory lives as long
-  as gloo, a work or a future value needs it, even if the caller drops the
-  device tensor early (a temporary passed to a functional collective).
+- The host tensors given to gloo are ``_C._owning_host_view``s: CPU tensors over
+  the same bytes whose storage holds a reference to the device storage, so the
+  device memory lives as long as gloo, a work or a future value needs it, even
+  if the caller drops the device tensor early (a temporary passed to a
+  functional collective).
 
 No stream sync is needed: execution on the emulated core is synchronous, so a
 tensor's bytes are final when the op that wrote them returns.
@@ -100,27 +100,6 @@ def _reduce_op(reduce_op: Any) -> Any:
     return op
 
 
-def _owning_host_view(tensor: torch.Tensor) -> torch.Tensor:
-    """``_C._host_view(tensor)`` whose storage keeps ``tensor`` (its device memory) alive.
-
-    The host view's bytes are wrapped in a ctypes buffer that references the
-    device tensor; ``torch.frombuffer`` keeps the buffer alive for as long as the
-    CPU tensor (or any view of it) exists. No bytes are copied.
-    """
-    view = _C._host_view(tensor)
-    storage = view.untyped_storage()
-    nbytes = storage.nbytes()
-    if nbytes == 0:
-        return view
-    # ctypes keeps every array type it makes: round the length up to a power of
-    # two so that few types exist; only the first nbytes are ever mapped.
-    length = 1 << (nbytes - 1).bit_length()
-    buffer = (ctypes.c_byte * length).from_address(storage.data_ptr())
-    buffer.device_tensor = tensor
-    flat = torch.frombuffer(buffer, dtype=torch.uint8, count=nbytes)
-    return flat.view(view.dtype).as_strided(view.shape, view.stride(), view.storage_offset())
-
-
 class _Staging:
     """Host tensors for the device tensors of one collective (see module doc)."""
 
@@ -137,7 +116,7 @@ class _Staging:
             raise RuntimeError(
                 f"The neuron backend supports dense tensors only, got layout {tensor.layout}"
             )
-        return _owning_host_view(tensor)
+        return _C._owning_host_view(tensor)
 
     def input(self, tensor: torch.Tensor) -> torch.Tensor:
         view = self._view(tensor)
@@ -307,11 +286,21 @@ def allgather_(output_tensors, input_tensors, process_group, async_op=True, time
     return output_tensors, _collective(work, staging, result)
 
 
+def _gather_shaped(output: torch.Tensor, source: torch.Tensor, world: int) -> torch.Tensor:
+    """gloo wants the output shaped as the inputs concatenated along dim 0; NCCL only
+    counts elements (an output of shape [world * numel] is fine there, and callers
+    such as accelerate rely on it). Give gloo a view over the same bytes."""
+    if output.numel() == world * source.numel() and source.dim() > 0 \
+            and tuple(output.shape) != (world * source.shape[0], *source.shape[1:]):
+        return output.view(world * source.shape[0], *source.shape[1:])
+    return output
+
+
 def _allgather_base_(output_tensor, input_tensor, process_group, async_op=True, timeout=-1):
     backend = _backend(process_group)
     staging = _Staging()
-    output = staging.output(output_tensor)
     source = staging.input(input_tensor)
+    output = _gather_shaped(staging.output(output_tensor), source, backend.size())
     opts = _options(c10d.AllgatherOptions, timeout, async_op)
     work = backend._allgather_base(output, source, opts)
     return output_tensor, _collective(work, staging, [output_tensor])
@@ -332,8 +321,8 @@ def allgather_into_tensor_coalesced_(outputs, inputs, process_group, async_op=Tr
     staging = _Staging()
     works = []
     for output_tensor, input_tensor in zip(outputs, inputs, strict=True):
-        output = staging.output(output_tensor)
         source = staging.input(input_tensor)
+        output = _gather_shaped(staging.output(output_tensor), source, backend.size())
         opts = _options(c10d.AllgatherOptions, -1, async_op)
         works.append(backend._allgather_base(output, source, opts))
     if staging.writeback:
@@ -490,6 +479,9 @@ def install() -> None:
             # look up a backend for the device); replacing them warns once.
             warnings.simplefilter("ignore")
             for name, kernel in _KERNELS.items():
-                library.impl(name, kernel, "PrivateUse1")
+                # Dynamo must not trace these: under torch.compile a collective
+                # graph-breaks and runs eagerly, and the frames it calls (this
+                # kernel) would otherwise be compiled as new frames.
+                library.impl(name, torch._disable_dynamo(kernel, recursive=True), "PrivateUse1")
         _library = library
         atexit.register(_release_at_exit)

@@ -63,6 +63,7 @@ LOOSE_OPS = {
     # MKL/oneDNN (everything else, transcendental functions included, passes TIGHT)
     "mm", "bmm", "mv", "dot", "vdot", "addmm", "baddbmm", "addmv", "addbmm", "addr",
     "convolution", "convolution_backward", "_cdist_forward", "_cdist_backward",
+    "_fft_r2c", "_fft_c2c", "_fft_c2r",  # XLA's FFT (ducc) vs PyTorch's pocketfft/MKL: other summation order
 }
 
 FAST_COMPILE = {"xla_backend_optimization_level": 0}
@@ -73,6 +74,10 @@ SAMPLES_PER_OPINFO = 3  # samples recorded per OpInfo and dtype
 
 # Outputs whose indices may legitimately differ on ties: checked by the values they point at.
 TIE_INDEX_OPS = {"sort", "topk", "kthvalue", "median", "max", "min", "cummax", "cummin"}
+# Singular / eigen vectors are unique only up to sign (LAPACK builds and XLA may pick either):
+# op -> (output index of the vectors, output index of the vectors sharing their sign or None).
+# Both results are brought to one sign convention (largest entry of each vector positive).
+SIGN_AMBIGUOUS_OPS = {"_linalg_eigh": (1, None), "_linalg_svd": (0, 2)}
 # Outputs that are uninitialized memory in PyTorch: only shape and dtype are compared.
 UNINITIALIZED_OPS = {"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided"}
 
@@ -136,14 +141,19 @@ EXCLUDED_OPINFOS = {"bernoulli", "nn.functional.dropout", "rand_like", "randn", 
 def _packet_names():
     names = set()
     for target in lowering.LOWERINGS:
+        if isinstance(target, torch._ops.HigherOrderOperator):
+            continue  # graph glue (with_effects): tested with the ops it wraps, in test_registry_invariant
         packet = target.overloadpacket if isinstance(target, torch._ops.OpOverload) else target
         overloads = [getattr(packet, o) for o in packet.overloads()]
-        if overloads and all(torch.Tag.nondeterministic_seeded in o.tags for o in overloads):
+        if packet.__name__ not in SEEDED_BUT_CHECKED and overloads and all(
+                torch.Tag.nondeterministic_seeded in o.tags for o in overloads):
             continue  # random ops: lowered by the compiler's RNG work, not checked against CPU values
         names.add(packet.__name__)
     return sorted(names)
 
 
+# Tagged random only for dropout: deterministic with dropout_p=0, as in every direct case.
+SEEDED_BUT_CHECKED = {"_scaled_dot_product_flash_attention_for_cpu"}
 PACKETS = _packet_names()
 
 
@@ -355,8 +365,37 @@ def check_call(call: Call):
     compare(call, run_lowering(call.op, call.args, call.kwargs))
 
 
+def _sign_of_largest(vectors):
+    """+-1 per column: the sign of its largest-magnitude entry."""
+    largest = vectors.abs().argmax(dim=-2, keepdim=True)
+    signs = torch.gather(vectors, -2, largest).sign()
+    return torch.where(signs == 0, torch.ones_like(signs), signs)
+
+
+def _canonical_signs(call, outputs):
+    """Singular/eigen vectors flipped so each one's largest entry is positive. SVD: the sign of
+    U's column i also flips Vh's row i (they are determined together); columns of a full U or
+    rows of a full Vh past min(m, n) span a complement and are normalized on their own."""
+    column, partner = SIGN_AMBIGUOUS_OPS[call.name]
+    outputs = list(outputs)
+    vectors = outputs[column]
+    if vectors is None or vectors.numel() == 0:
+        return outputs
+    signs = _sign_of_largest(vectors)
+    outputs[column] = vectors * signs
+    if partner is not None:
+        rows = outputs[partner].clone()
+        k = min(signs.shape[-1], rows.shape[-2])
+        rows[..., :k, :] *= signs[..., :k].mT
+        rows[..., k:, :] *= _sign_of_largest(rows[..., k:, :].mT).mT
+        outputs[partner] = rows
+    return outputs
+
+
 def compare(call: Call, got):
     expected, actual = _flat(call.expected), _flat(got)
+    if call.name in SIGN_AMBIGUOUS_OPS and len(actual) == len(expected):
+        expected, actual = _canonical_signs(call, expected), _canonical_signs(call, actual)
     where = f"{call.op} from {call.source}"
     assert len(actual) == len(expected), f"{where}: {len(actual)} outputs, expected {len(expected)}"
     rtol, atol = _tolerance(call.name)
@@ -728,6 +767,178 @@ def _direct_cases():
     ]
     for overload, sample in _foreach_cases():
         cases.append(_direct(overload, *sample[0], **sample[1]))
+    return cases + _linalg_cases() + _optimizer_cases() + _misc_cases()
+
+
+def _spd(n, batch=(), seed=0):
+    """A well-conditioned symmetric positive-definite matrix."""
+    a = _t(*batch, n, n, seed=seed)
+    return a @ a.mT + n * torch.eye(n)
+
+
+def _linalg_cases():
+    """The options OpInfo samples leave out (upper factors, vector right-hand sides, modes)."""
+    a, b = _t(4, 4), _t(4, 2, seed=1)
+    batch = _t(2, 3, 3)
+    lower = torch.tril(_t(4, 4, seed=2)) + 4 * torch.eye(4)
+    qr_input, tau = torch.geqrf(_t(5, 3, seed=3))
+    lu, pivots = torch.linalg.lu_factor(a)
+    return [
+        _direct(aten.linalg_cholesky_ex.default, _spd(4), upper=True),
+        _direct(aten.linalg_cholesky_ex.default, _spd(3, (2,))),
+        _direct(aten.linalg_inv_ex.default, batch),
+        _direct(aten.linalg_lu_factor_ex.default, _t(3, 5)), _direct(aten.linalg_lu.default, _t(5, 3)),
+        _direct(aten._linalg_solve_ex.default, a, b[:, 0]), _direct(aten._linalg_solve_ex.default, a, b.T, left=False),
+        _direct(aten.linalg_lu_solve.default, lu, pivots, b, adjoint=True),
+        _direct(aten.linalg_lu_solve.default, lu, pivots, b.T, left=False),
+        _direct(aten.linalg_solve_triangular.default, lower, b, upper=False),
+        _direct(aten.linalg_solve_triangular.default, lower.T, b.T, upper=True, left=False, unitriangular=True),
+        _direct(aten.triangular_solve.default, b, lower, False, True),
+        _direct(aten.cholesky_solve.default, b, torch.linalg.cholesky(_spd(4))),
+        _direct(aten.cholesky_solve.default, b, torch.linalg.cholesky(_spd(4)).T, True),
+        _direct(aten.linalg_qr.default, _t(5, 3), "complete"), _direct(aten.linalg_qr.default, _t(3, 5), "r"),
+        _direct(aten.linalg_householder_product.default, qr_input, tau),
+        _direct(aten.ormqr.default, qr_input, tau, _t(5, 2)),
+        _direct(aten.ormqr.default, qr_input, tau, _t(2, 5), False, True),
+        _direct(aten._linalg_svd.default, _t(4, 3), True), _direct(aten._linalg_svd.default, _t(3, 4), False, False),
+        _direct(aten._linalg_eigh.default, _spd(4), "U"), _direct(aten._linalg_eigh.default, _spd(4), "L", False),
+        _direct(aten.linalg_matrix_exp.default, _t(3, 3, low=-1, high=1)),
+        _direct(aten.linalg_matrix_exp.default, _t(2, 4, 4, low=-0.5, high=0.5)),
+        _direct(aten._linalg_check_errors.default, torch.zeros((), dtype=torch.int32), "linalg.inv", is_matrix=True),
+        # FFT primitives: one-/two-sided, forward/inverse, the three normalizations, several dims
+        # (dims already wrapped, as torch.fft passes them: the raw CPU ops crash on negative dims)
+        _direct(aten._fft_r2c.default, _t(3, 8), [1], 0, True),
+        _direct(aten._fft_r2c.default, _t(4, 6), [0, 1], 1, False),
+        _direct(aten._fft_r2c.default, _t(2, 5, 4), [1, 2], 2, True),
+        _direct(aten._fft_c2c.default, torch.fft.fft(_t(3, 8)), [1], 0, False),
+        _direct(aten._fft_c2c.default, torch.fft.fft2(_t(4, 6)), [0, 1], 2, True),
+        _direct(aten._fft_c2c.default, torch.fft.fft(_t(2, 5, 4)), [1], 1, False),
+        _direct(aten._fft_c2r.default, torch.fft.rfft(_t(3, 8)), [1], 2, 8),
+        _direct(aten._fft_c2r.default, torch.fft.rfft2(_t(4, 7)), [0, 1], 1, 7),
+        _direct(aten._fft_c2r.default, torch.fft.rfft(_t(2, 9)), [1], 0, 9),
+    ]
+
+
+def _misc_cases():
+    """The ops of lowering/misc.py that OpInfo does not reach, and their options."""
+    x, y = _t(3, 4), _t(3, 4, seed=1)
+    i = _t(3, 4, dtype=torch.int64, low=-12, high=12)
+    v, g = _t(4, 3, 2), _t(4, 1, 1, seed=1)
+    norms = v.norm(dim=(1, 2), keepdim=True)
+    rows = _t(5, 3)
+    boundaries = torch.tensor([-1.0, 0.0, 0.5, 2.0])
+    return [
+        _direct(aten._index_put_impl.default, x, [torch.tensor([0, 2])], torch.tensor(1.5), True, False),
+        _direct(aten._weight_norm_interface_backward.default, _t(4, 3, 2, seed=2), v, g, norms, 0),
+        _direct(aten._weight_norm_interface_backward.default, _t(3, 4, seed=2), x, _t(1, 4),
+                x.norm(dim=0, keepdim=True), 1),
+        _direct(aten.conj_physical.default, torch.complex(x, y)), _direct(aten.conj_physical.default, x),
+        _direct(aten.select_copy.int, x, 1, -1), _direct(aten.slice_copy.Tensor, x, 1, 1, 3),
+        _direct(aten.split_copy.Tensor, x, 3, 1), _direct(aten.unbind_copy.int, x, 1),
+        _direct(aten.narrow_copy.default, x, 1, -3, 2), _direct(aten.permute_copy.default, x, [1, 0]),
+        _direct(aten.view_copy.default, x, [2, 6]), _direct(aten.as_strided_copy.default, x, [2, 2], [1, 4], 1),
+        _direct(aten.tril_indices.default, 4, 3, 1), _direct(aten.triu_indices.default, 3, 5, -1),
+        _direct(aten.tril_indices.default, 3, 3, dtype=torch.int32),
+        _direct(aten.nonzero_static.default, _t(3, 4, dtype=torch.bool), size=4),
+        _direct(aten.nonzero_static.default, _t(3, 4, dtype=torch.bool), size=9, fill_value=7),
+        _direct(aten.gcd.default, i, i.flip(0)), _direct(aten.lcm.default, i, i.flip(1)),
+        _direct(aten.angle.default, torch.tensor([-2, 0, 3])),
+        _direct(aten.angle.default, torch.tensor([-1.5, 0.0, float("nan"), 2.0])),
+        _direct(aten.angle.default, torch.complex(x, y)), _direct(aten.polar.default, x.abs(), y),
+        _direct(aten.complex.default, x, y), _direct(aten.igamma.default, x.abs(), y.abs()),
+        _direct(aten.igammac.default, x.abs() + 0.5, y.abs()),
+        _direct(aten.hardshrink_backward.default, x, y, 0.5), _direct(aten.softshrink_backward.default, x, y, 1.0),
+        _direct(aten.searchsorted.Tensor, boundaries, x), _direct(aten.searchsorted.Tensor, boundaries, x, right=True),
+        _direct(aten.searchsorted.Tensor, x.sort(-1).values, y, side="right", out_int32=True),
+        _direct(aten.searchsorted.Tensor, torch.tensor([2.0, -1.0, 0.5]), x, sorter=torch.tensor([1, 2, 0])),
+        _direct(aten.searchsorted.Scalar, boundaries, 0.5),
+        _direct(aten.bucketize.Tensor, x, boundaries), _direct(aten.bucketize.Tensor, x, boundaries, right=True),
+        _direct(aten.bucketize.Scalar, 0.7, boundaries, out_int32=True),
+        _direct(aten.histc.default, x, 5), _direct(aten.histc.default, x, 4, -1, 1),
+        _direct(aten.histc.default, torch.full((4,), 2.0), 3),
+        _direct(aten.nanmedian.default, torch.tensor([3.0, float("nan"), 1.0, 2.0])),
+        _direct(aten.nanmedian.dim, torch.tensor([[3.0, float("nan"), 1.0, 2.0], [0.5, 1.0, 2.0, -1.0]]), 1),
+        _direct(aten.nanmedian.dim, x, 0, True),
+        _direct(aten.mode.default, torch.tensor([3.0, 1.0, 2.0, 2.0, 3.0, 1.0, 5.0])),
+        _direct(aten.mode.default, torch.tensor([[1, 2, 2, 1], [4, 4, 0, 0], [7, 7, 7, 1]]), 1, True),
+        _direct(aten.mode.default, _t(4, 5, dtype=torch.int64, low=0, high=3), 0),
+        *[_direct(aten._pdist_backward.default, _t(10), rows, p, torch.pdist(rows, p))
+          for p in (0.0, 1.0, 1.5, 2.0, 3.0, float("inf"))],
+        _direct(aten._pdist_backward.default, _t(3), torch.ones(3, 2), 2.0, torch.zeros(3)),
+        *[_direct(aten.multilabel_margin_loss_forward.default, x, torch.tensor([[3, 0, -1, 1], [1, 2, 3, -1],
+                                                                                 [-1, 0, 0, 0]]), reduction)
+          for reduction in (0, 1, 2)],
+        _direct(aten.multilabel_margin_loss_forward.default, x[0], torch.tensor([2, 2, 1, 3]), 0),
+        *_embedding_bag_cases(),
+    ]
+
+
+def _embedding_bag_cases():
+    """Sum / mean / max bags, an empty bag, repeated rows, padding_idx, per-sample weights,
+    include_last_offset, and the backward ops on the forward's own outputs."""
+    weight = _t(6, 3)
+    indices, offsets = torch.tensor([1, 2, 4, 5, 4, 3, 2, 0]), torch.tensor([0, 2, 2, 5])
+    cases = []
+    for mode in (0, 1, 2):
+        for padding_idx in (-1, 4):
+            forward = (weight, indices, offsets, False, mode, False, None, False, padding_idx)
+            cases.append(_direct(aten._embedding_bag.default, *forward))
+            _, offset2bag, bag_size, max_indices = aten._embedding_bag.default(*forward)
+            grad = _t(4, 3, seed=5)
+            cases.append(_direct(aten._embedding_bag_backward.default, grad, indices, offsets, offset2bag, bag_size,
+                                 max_indices, 6, False, mode, False, None, padding_idx))
+            if mode != 0 or padding_idx >= 0:
+                cases.append(_direct(aten._embedding_bag_dense_backward.default, grad, indices, offset2bag, bag_size,
+                                     max_indices, 6, False, mode, None, padding_idx))
+    weights = _t(8, seed=3)
+    last = torch.tensor([0, 2, 2, 5, 8])
+    cases.append(_direct(aten._embedding_bag.default, weight, indices, last, False, 0, False, weights, True))
+    cases.append(_direct(aten._embedding_bag_forward_only.default, weight, indices, offsets, False, 1))
+    _, offset2bag, bag_size, max_indices = aten._embedding_bag.default(weight, indices, last, False, 0, False, weights,
+                                                                       True)
+    cases.append(_direct(aten._embedding_bag_backward.default, _t(4, 3, seed=5), indices, last, offset2bag, bag_size,
+                         max_indices, 6, False, 0, False, weights))
+    return cases
+
+
+def _optimizer_cases():
+    """Fused optimizers and AMP grad scaling (no OpInfo): float32 and bfloat16 state, the
+    options each kernel branches on (amsgrad, weight decay, maximize, momentum/nesterov,
+    first step, grad_scale/found_inf, tensor lr)."""
+    def tensors(seed, dtype=torch.float32, positive=False):
+        out = [_t(3, 2, seed=seed), _t(5, seed=seed)]
+        return [(t.abs() if positive else t).to(dtype) for t in out]
+
+    cases = []
+    for dtype in (torch.float32, torch.bfloat16):
+        for op, amsgrad, weight_decay, maximize in [(aten._fused_adam.default, False, 0.0, False),
+                                                    (aten._fused_adam.default, True, 0.1, True),
+                                                    (aten._fused_adamw.default, True, 0.1, False)]:
+            cases.append(_direct(op, tensors(0, dtype), tensors(1, dtype), tensors(2, dtype), tensors(3, dtype, True),
+                                 tensors(4, dtype, True) if amsgrad else [], [torch.tensor(3.0), torch.tensor(1.0)],
+                                 lr=0.01, beta1=0.9, beta2=0.999, weight_decay=weight_decay, eps=1e-8,
+                                 amsgrad=amsgrad, maximize=maximize))
+        for momentum, nesterov, first, dampening in [(0.0, False, False, 0.0), (0.9, False, True, 0.0),
+                                                     (0.9, True, False, 0.1)]:
+            cases.append(_direct(aten._fused_sgd.default, tensors(0, dtype), tensors(1, dtype),
+                                 tensors(2, dtype) if momentum else [], weight_decay=0.01, momentum=momentum, lr=0.1,
+                                 dampening=dampening, nesterov=nesterov, maximize=nesterov, is_first_step=first))
+    for found_inf in (0.0, 1.0):
+        cases.append(_direct(aten._fused_adamw.tensor_lr, tensors(0), tensors(1), tensors(2), tensors(3, positive=True),
+                             [], [torch.tensor(5.0)] * 2, lr=torch.tensor(0.003), beta1=0.8, beta2=0.99,
+                             weight_decay=0.01, eps=1e-6, amsgrad=False, maximize=False,
+                             grad_scale=torch.tensor(4.0), found_inf=torch.tensor(found_inf)))
+    cases.append(_direct(aten._fused_sgd.tensor_lr, tensors(0), tensors(1), tensors(2), weight_decay=0.0, momentum=0.9,
+                         lr=torch.tensor(0.1), dampening=0.0, nesterov=False, maximize=False, is_first_step=False,
+                         grad_scale=torch.tensor(2.0), found_inf=torch.tensor(0.0)))
+    overflowed = tensors(0)
+    overflowed[1][2] = float("inf")
+    for grads in (tensors(0), overflowed, tensors(0, torch.bfloat16)):
+        cases.append(_direct(aten._amp_foreach_non_finite_check_and_unscale.default, grads, torch.tensor([0.0]),
+                             torch.tensor([0.25])))
+    for scale, tracker, found_inf in ((1024.0, 3, 0.0), (1024.0, 1, 0.0), (1024.0, 3, 1.0), (3e38, 3, 0.0)):
+        cases.append(_direct(aten._amp_update_scale.default, torch.tensor([scale]),
+                             torch.tensor([tracker], dtype=torch.int32), torch.tensor([found_inf]), 2.0, 0.5, 4))
     return cases
 
 

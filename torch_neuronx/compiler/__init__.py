@@ -71,6 +71,14 @@ def _compiler(kind: str):
     return compile_fn
 
 
+def decomposition_table() -> dict:
+    """The decompositions AOTAutograd applies before lowering (Core ATen's); the
+    registry invariant test checks every native op it decomposes."""
+    from torch._decomp import core_aten_decompositions
+
+    return core_aten_decompositions()
+
+
 def _watch_recompiles() -> None:
     """Records Dynamo's recompile reasons (guard failures) for frames compiled by
     this backend, for get_dynamo_metrics()["recompile_reasons"]. Dynamo computes
@@ -106,7 +114,6 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
     # shapes). This is process-wide, like TorchNeuron's own setting.
     torch._dynamo.config.automatic_dynamic_shapes = False
     _check_inputs(example_inputs)
-    from torch._decomp import core_aten_decompositions
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
@@ -114,7 +121,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
         fw_compiler=_compiler("forward"),
         bw_compiler=_compiler("backward"),
         inference_compiler=_compiler("inference"),
-        decompositions=core_aten_decompositions(),
+        decompositions=decomposition_table(),
         # Recompute cheap ops (transposes, activations) in the backward graph
         # instead of saving them: fewer forward outputs to materialize and export.
         partition_fn=min_cut_rematerialization_partition,

@@ -33,6 +33,7 @@ def lowering(*targets):
 
 def _load_table() -> None:
     from torch_neuronx.lowering import aten, random  # noqa: F401  (register the lowerings)
+    from torch_neuronx.lowering import fft, linalg, misc, optim  # noqa: F401
 
 
 def lookup(target) -> Callable | None:
@@ -93,9 +94,14 @@ def emulating_fp64() -> bool:
 
 
 def narrow_input(array):
-    """Graph inputs under the fp64 rule: float64 arrays enter as float32."""
+    """Graph inputs under the fp64 rule: float64 arrays enter as float32.
+
+    None passes through: AOTAutograd's effect tokens (ops with side effects,
+    such as linalg's error checks) arrive as None inputs."""
     import jax.numpy as jnp
 
+    if array is None:
+        return None
     if emulating_fp64():
         if array.dtype == jnp.float64:
             return array.astype(jnp.float32)

@@ -242,17 +242,18 @@ PATCH_FACTS = """
         import accelerate.accelerator, accelerate.utils.modeling as modeling, peft.utils.other as other
         import peft.utils.save_and_load as save_and_load, transformers.modeling_utils as mu
         import transformers.pipelines.base as pipelines
-        from torch_neuronx.integrations import accelerate as acc, peft, transformers as tf
+        import safetensors.torch as st
+        from torch_neuronx.integrations import accelerate as acc, peft, safetensors as sf, transformers as tf
         def snapshot():
             return (modeling.get_max_memory, modeling.get_grad_scaler, other.infer_device,
-                    save_and_load.safe_load_file, mu.PreTrainedModel.get_compiled_call,
+                    save_and_load.safe_load_file, st.load_file, mu.PreTrainedModel.get_compiled_call,
                     accelerate.accelerator.Accelerator.__init__.__code__, pipelines.Pipeline.__init__)
         before = snapshot()
         acc.neuron_max_memory(modeling)
         acc.neuron_grad_scaler(modeling)
         acc.neuron_fp16_mixed_precision(accelerate.accelerator)
         peft.neuron_infer_device(other)
-        peft.neuron_adapter_weights_load(save_and_load)
+        sf.neuron_load_file(st)
         tf.neuron_compile_config(mu)
         tf.neuron_pipeline_device(pipelines)
         consts = accelerate.accelerator.Accelerator.__init__.__code__.co_consts
@@ -338,4 +339,4 @@ def test_pipeline_integer_and_default_devices_mean_neuron(unpatched, patched):
 
 def test_patches_are_idempotent(patched):
     """Applying every patch a second time changes nothing (same functions, same code)."""
-    assert patched["reapplied_changes_nothing"] == {"same": [True] * 7, "neuron_in_tuples": 1}
+    assert patched["reapplied_changes_nothing"] == {"same": [True] * 8, "neuron_in_tuples": 1}

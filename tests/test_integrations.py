@@ -60,3 +60,23 @@ def test_importing_torch_imports_no_patched_library():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+SAFETENSORS_ON_NEURON = """
+    import os, tempfile, torch
+    from safetensors.torch import load_file, save_file
+    path = os.path.join(tempfile.mkdtemp(), "w.safetensors")
+    save_file({"w": torch.arange(4.0)}, path)
+    try:
+        loaded = load_file(path, device="neuron")["w"]
+        print(loaded.device, loaded.cpu().tolist())
+    except Exception as error:
+        print("error:", error)
+"""
+
+
+def test_safetensors_load_file_onto_neuron(tmp_path):
+    """safetensors' reader rejects device="neuron"; the patch reads on CPU and moves."""
+    assert _run(SAFETENSORS_ON_NEURON, tmp_path) == "neuron:0 [0.0, 1.0, 2.0, 3.0]"
+    unpatched = _run(SAFETENSORS_ON_NEURON, tmp_path, {"TORCH_NEURONX_DISABLE_INTEGRATIONS": "1"})
+    assert unpatched.startswith("error:") and "neuron" in unpatched

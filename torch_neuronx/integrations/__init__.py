@@ -42,6 +42,26 @@ def patches(module_name: str) -> Callable[[Callable[[ModuleType], None]], Callab
     return register
 
 
+_PATCHED_ATTR = "_torch_neuronx_patched"
+
+
+def mark_patched(fn):
+    """Tags a replacement function, so that applying a patch twice is a no-op."""
+    setattr(fn, _PATCHED_ATTR, True)
+    return fn
+
+
+def already_patched(fn) -> bool:
+    return getattr(fn, _PATCHED_ATTR, False)
+
+
+def neuron_is_the_accelerator() -> bool:
+    import torch
+
+    accelerator = torch.accelerator.current_accelerator(check_available=True)
+    return accelerator is not None and accelerator.type == "neuron"
+
+
 def applied_patches() -> list[str]:
     """Names (``module:function``) of the patches applied so far, in order."""
     return list(_APPLIED)

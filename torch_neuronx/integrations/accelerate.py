@@ -21,23 +21,10 @@ from types import ModuleType
 
 import torch
 
+from torch_neuronx.integrations import already_patched as _already_patched
+from torch_neuronx.integrations import mark_patched as _mark
+from torch_neuronx.integrations import neuron_is_the_accelerator as _neuron_is_the_accelerator
 from torch_neuronx.integrations import patches
-
-_NEURON_ATTR = "_torch_neuronx_patched"
-
-
-def _neuron_is_the_accelerator() -> bool:
-    accelerator = torch.accelerator.current_accelerator(check_available=True)
-    return accelerator is not None and accelerator.type == "neuron"
-
-
-def _mark(fn):
-    setattr(fn, _NEURON_ATTR, True)
-    return fn
-
-
-def _already_patched(fn) -> bool:
-    return getattr(fn, _NEURON_ATTR, False)
 
 
 @patches("accelerate.utils.modeling")

@@ -10,9 +10,9 @@ The modules that do ``from peft.utils.other import infer_device`` import it
 after this patch has run (it runs as soon as ``peft.utils.other`` finishes
 executing), so they all get the patched function.
 
-Loading an adapter onto neuron then needs a second patch: ``load_peft_weights``
-hands the device to safetensors' ``load_file``, whose reader only knows
-CUDA-like device names and raises "device neuron is invalid".
+Loading an adapter onto neuron then relies on the safetensors patch
+(integrations/safetensors.py): ``load_peft_weights`` hands the device to
+safetensors' ``load_file``, whose reader alone rejects "neuron".
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from __future__ import annotations
 import functools
 from types import ModuleType
 
-import torch
-
 from torch_neuronx.integrations import patches
-from torch_neuronx.integrations.accelerate import _already_patched, _mark, _neuron_is_the_accelerator
+from torch_neuronx.integrations import already_patched as _already_patched
+from torch_neuronx.integrations import mark_patched as _mark
+from torch_neuronx.integrations import neuron_is_the_accelerator as _neuron_is_the_accelerator
 
 
 @patches("peft.utils.other")
@@ -40,22 +40,3 @@ def neuron_infer_device(module: ModuleType) -> None:
         return found
 
     module.infer_device = _mark(infer_device)
-
-
-@patches("peft.utils.save_and_load")
-def neuron_adapter_weights_load(module: ModuleType) -> None:
-    """``load_peft_weights(..., device=neuron)`` reads the safetensors file on the
-    CPU and copies the tensors to the device (what safetensors does itself for
-    devices it knows)."""
-    original = module.safe_load_file
-    if _already_patched(original):
-        return
-
-    @functools.wraps(original)
-    def safe_load_file(filename, device="cpu", **kwargs):
-        if torch.device(device).type != "neuron":
-            return original(filename, device=device, **kwargs)
-        on_cpu = original(filename, device="cpu", **kwargs)
-        return {name: tensor.to(device) for name, tensor in on_cpu.items()}
-
-    module.safe_load_file = _mark(safe_load_file)

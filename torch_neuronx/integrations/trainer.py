@@ -23,9 +23,8 @@ from types import ModuleType
 
 import torch
 
-from torch_neuronx.integrations import patches
+from torch_neuronx.integrations import already_patched, mark_patched, patches
 
-_NEURON_ATTR = "_torch_neuronx_patched"
 _KEY = "neuron"
 
 
@@ -57,7 +56,7 @@ def neuron_rng_state_in_checkpoints(module: ModuleType) -> None:
     Trainer checkpoint, so that resuming reproduces an uninterrupted run."""
     trainer_cls = module.Trainer
     save, load = trainer_cls._save_rng_state, trainer_cls._load_rng_state
-    if getattr(save, _NEURON_ATTR, False):
+    if already_patched(save):
         return
 
     @functools.wraps(save)
@@ -85,7 +84,7 @@ def neuron_rng_state_in_checkpoints(module: ModuleType) -> None:
         if _KEY in states:
             module.set_rng_state_for_device("NEURON", torch.neuron, states, _is_distributed(module, self))
 
-    setattr(_save_rng_state, _NEURON_ATTR, True)
-    setattr(_load_rng_state, _NEURON_ATTR, True)
+    mark_patched(_save_rng_state)
+    mark_patched(_load_rng_state)
     trainer_cls._save_rng_state = _save_rng_state
     trainer_cls._load_rng_state = _load_rng_state

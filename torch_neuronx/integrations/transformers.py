@@ -26,7 +26,9 @@ from types import ModuleType
 import torch
 
 from torch_neuronx.integrations import patches
-from torch_neuronx.integrations.accelerate import _already_patched, _mark, _neuron_is_the_accelerator
+from torch_neuronx.integrations import already_patched as _already_patched
+from torch_neuronx.integrations import mark_patched as _mark
+from torch_neuronx.integrations import neuron_is_the_accelerator as _neuron_is_the_accelerator
 
 
 @patches("transformers.modeling_utils")

@@ -23,9 +23,8 @@ from __future__ import annotations
 import functools
 from types import ModuleType
 
-from torch_neuronx.integrations import patches
+from torch_neuronx.integrations import already_patched, mark_patched, patches
 
-_NEURON_ATTR = "_torch_neuronx_patched"
 
 
 @patches("trl.trainer.utils")
@@ -33,7 +32,7 @@ def neuron_multi_process_model_loading(module: ModuleType) -> None:
     """``create_model_from_path`` loads with ``device_map=None`` in MULTI_NEURON runs,
     as TRL does for MULTI_GPU."""
     original = module.create_model_from_path
-    if getattr(original, _NEURON_ATTR, False):
+    if already_patched(original):
         return
 
     @functools.wraps(original)
@@ -42,5 +41,5 @@ def neuron_multi_process_model_loading(module: ModuleType) -> None:
             kwargs["device_map"] = None
         return original(model_id, architecture, **kwargs)
 
-    setattr(create_model_from_path, _NEURON_ATTR, True)
+    mark_patched(create_model_from_path)
     module.create_model_from_path = create_model_from_path

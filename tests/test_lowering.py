@@ -22,7 +22,8 @@ with sys.maxsize, ...), have direct cases (_direct_cases). Every lowered op
 must be exercised by at least one call, or its test fails. Calls per op are
 capped (CAPS; each op's calls share one XLA compile) to keep the file fast.
 
-Model level: a CNN, a TransformerEncoderLayer and a Llama-style block, forward
+Model level: a CNN, a TransformerEncoderLayer, a Llama-style block and a tiny
+transformers LlamaForCausalLM, forward
 and backward through torch.compile(backend="neuron", fullgraph=True), against
 eager on the neuron device: within 1e-4 in float32, 1e-2 under
 torch.autocast("neuron", dtype=torch.bfloat16).
@@ -1141,7 +1142,27 @@ def _llama():
     return LlamaBlock(), (torch.randint(0, 64, (2, 9)),)
 
 
-MODELS = {"cnn": _cnn, "transformer_encoder": _encoder, "llama_block": _llama}
+class HFLlamaLogits(nn.Module):
+    """A tiny transformers LlamaForCausalLM (random weights, from a config), returning logits."""
+
+    def __init__(self):
+        super().__init__()
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
+        self.model = LlamaForCausalLM(config)
+
+    def forward(self, ids):
+        return self.model(input_ids=ids, use_cache=False).logits
+
+
+def _hf_llama():
+    pytest.importorskip("transformers")
+    return HFLlamaLogits(), (torch.randint(0, 64, (2, 9)),)
+
+
+MODELS = {"cnn": _cnn, "transformer_encoder": _encoder, "llama_block": _llama, "hf_llama": _hf_llama}
 
 
 def _forward_backward(model, module, inputs, autocast):

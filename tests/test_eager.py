@@ -895,3 +895,16 @@ def test_native_ops_used_here_do_not_fall_back():
     _ = x[x > 0], x[torch.tensor([0, 2])], x.to(torch.float16), x.tolist(), x.sum().item()
     torch.add(x, x, out=torch.empty(0, device=NEURON))
     assert torch_neuronx.get_fallback_ops() == {}
+
+
+def test_histc_on_integer_tensors_like_cuda():
+    """transformers' MoE layers call torch.histc on int32 expert ids (CUDA supports it, the
+    CPU kernel does not); the device bins them as float32 and returns the input dtype."""
+    ids = torch.tensor([0, 1, 1, 3, 7], dtype=torch.int32, device="neuron")
+    counts = torch.histc(ids, bins=4, min=0, max=3)
+    assert counts.dtype == torch.int32 and counts.device.type == "neuron"
+    assert counts.cpu().tolist() == [1, 2, 0, 1]  # 7 lies outside [min, max]
+    values = torch.randn(1000)
+    torch.testing.assert_close(torch.histc(values.to("neuron"), 20, -2, 2).cpu(), torch.histc(values, 20, -2, 2))
+    out = torch.empty(0, device="neuron")
+    assert torch.histc(values.to("neuron"), 5, out=out) is out and out.shape == (5,)

@@ -8,7 +8,6 @@ faster than the naive one and within 2x of the Tensor Engine roofline, the naive
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,14 +16,7 @@ from torch_neuronx import nki
 import torch_neuronx.nki.isa as nisa
 import torch_neuronx.nki.language as nl
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "nki"
-
-
-def load_example(name):
-    spec = importlib.util.spec_from_file_location(f"nki_example_{name}", EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from nki_examples import EXAMPLES, load_example  # noqa: E402
 
 
 matmul = load_example("matmul")

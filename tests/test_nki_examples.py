@@ -3,8 +3,6 @@ calling convention (outputs on the input's device and dtype, in-place write-back
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -15,14 +13,7 @@ import torch.nn.functional as F
 from torch_neuronx import nki
 import torch_neuronx.nki.language as nl
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "nki"
-
-
-def load_example(name):
-    spec = importlib.util.spec_from_file_location(f"nki_example_{name}", EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from nki_examples import load_example  # noqa: E402
 
 
 def bf16_tensor(shape, device="cpu", seed=0):

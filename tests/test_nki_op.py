@@ -6,10 +6,6 @@ compute in fp32 like torch, so 1e-5 unless stated."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -18,16 +14,9 @@ from torch_neuronx import nki, nki_op, wrap_nki
 import torch_neuronx.nki.isa as nisa
 import torch_neuronx.nki.language as nl
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "nki"
+from nki_examples import load_example as _example  # noqa: E402
+
 DEVICE = "neuron"
-
-
-def _example(name: str):
-    spec = importlib.util.spec_from_file_location(f"nki_example_{name}", EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 ADD = _example("tensor_add").tensor_add_kernel

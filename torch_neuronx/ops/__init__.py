@@ -80,10 +80,11 @@ def native_overloads() -> list[tuple[str, int]]:
 
 
 def register() -> None:
-    from torch_neuronx.ops import rnn
+    from torch_neuronx.ops import histogram, rnn
 
     _C._register_native_ops(native_overloads())
     rnn.register()
+    histogram.register()
 
 
 def apply_env_policies() -> None:

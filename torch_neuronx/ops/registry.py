@@ -47,7 +47,7 @@ COMPUTE = """
     exp2 expm1 exponential eye floor floor_divide fmax fmin fmod frac gcd ge gelu gelu_backward
     geometric glu glu_backward grid_sampler_2d grid_sampler_2d_backward gt hardshrink
     hardshrink_backward hardsigmoid hardsigmoid_backward hardswish hardswish_backward hardtanh
-    hardtanh_backward heaviside histc huber_loss huber_loss_backward hypot i0 igamma igammac
+    hardtanh_backward heaviside huber_loss huber_loss_backward hypot i0 igamma igammac
     isin isinf isnan isneginf isposinf kthvalue lcm le leaky_relu leaky_relu_backward lerp
     lgamma linspace log log10 log1p log2 _log_softmax _log_softmax_backward_data logaddexp
     logaddexp2 logcumsumexp logical_and logical_not logical_or logical_xor logit
@@ -118,8 +118,8 @@ DIRECT_KERNELS = frozenset({
     "_local_scalar_dense", "record_stream", "view", "as_strided", "_reshape_alias", "unfold",
     "view_as_real", "view_as_complex", "convolution_overrideable",
     "convolution_backward_overrideable", "native_dropout", "_has_compatible_shallow_copy_type",
-    # torch_neuronx/ops/rnn.py (Python kernels)
-    "_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl", "_thnn_fused_gru_cell",
+    # torch_neuronx/ops/rnn.py and histogram.py (Python kernels)
+    "histc", "_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl", "_thnn_fused_gru_cell",
     "_thnn_fused_gru_cell_backward",
 })
 

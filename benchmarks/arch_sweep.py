@@ -35,6 +35,7 @@ import os
 import select
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 
@@ -50,27 +51,32 @@ TARGETS = {"eager": 97.0, "zero_fallback": 90.0, "compile": 90.0}
 # ----------------------------------------------------------------- tiny configs
 # Attribute names (across model families) and the small value each shrinks to.
 # Only attributes the config already has are touched, and only downwards.
-_SHRINK = {
-    2: ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers", "encoder_layers",
-        "num_decoder_layers", "num_encoder_layers", "num_text_layers", "depth"),
-    64: ("hidden_size", "n_embd", "d_model", "n_embed", "embed_dim", "word_embed_proj_dim", "d_embed",
-         "intermediate_size", "ffn_dim", "n_inner", "decoder_ffn_dim", "encoder_ffn_dim", "d_ff",
-         "moe_intermediate_size", "shared_expert_intermediate_size", "ffn_hidden_size",
-         "expert_intermediate_size", "dim_ff", "inner_hidden_size", "projection_dim",
-         "embedding_size", "hidden_dim", "mlp_dim", "ffn_embed_dim"),
-    4: ("num_attention_heads", "n_head", "n_heads", "decoder_attention_heads",
-        "encoder_attention_heads", "num_heads", "num_experts", "num_local_experts",
-        "n_routed_experts", "moe_num_experts", "num_experts_per_layer"),
-    2.0: ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num",
-          "num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts", "topk_group", "n_group"),
-    16: ("head_dim", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "kv_channels",
-         "attention_head_dim"),
-    32: ("kv_lora_rank", "q_lora_rank"),
-    512: ("vocab_size", "max_position_embeddings", "n_positions", "n_ctx", "max_seq_len",
-          "max_sequence_length"),
-    1: ("n_shared_experts", "num_shared_experts"),
-}
-SHRINK = {name: int(value) for value, names in _SHRINK.items() for name in names}
+_SHRINK = (
+    (2, ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers", "encoder_layers",
+         "num_decoder_layers", "num_encoder_layers", "num_text_layers", "depth")),
+    (64, ("hidden_size", "n_embd", "d_model", "n_embed", "embed_dim", "word_embed_proj_dim", "d_embed",
+          "intermediate_size", "ffn_dim", "n_inner", "decoder_ffn_dim", "encoder_ffn_dim", "d_ff",
+          "moe_intermediate_size", "shared_expert_intermediate_size", "ffn_hidden_size",
+          "expert_intermediate_size", "dim_ff", "inner_hidden_size", "projection_dim",
+          "embedding_size", "hidden_dim", "mlp_dim", "ffn_embed_dim")),
+    (4, ("num_attention_heads", "n_head", "n_heads", "decoder_attention_heads",
+         "encoder_attention_heads", "num_heads", "linear_num_heads", "linear_num_key_heads",
+         "linear_num_value_heads", "num_experts", "num_local_experts",
+         "n_routed_experts", "moe_num_experts", "num_experts_per_layer")),
+    (2, ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num",
+         "num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts", "moe_k",
+         "num_experts_per_token")),
+    (1, ("topk_group", "n_group", "n_shared_experts", "num_shared_experts", "first_k_dense_replace",
+         "num_nextn_predict_layers", "moe_num_shared_experts", "num_expert_group", "moe_layer_start_index",
+         "moe_layer_end_index")),
+    (16, ("head_dim", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "kv_channels",
+          "attention_head_dim", "rotary_dim", "linear_head_dim", "linear_key_head_dim",
+          "linear_value_head_dim")),
+    (32, ("kv_lora_rank", "q_lora_rank")),
+    (512, ("vocab_size", "max_position_embeddings", "n_positions", "n_ctx", "max_seq_len",
+           "max_sequence_length", "model_max_length", "vocab_size_per_layer_input")),
+)
+SHRINK = {name: value for value, names in _SHRINK for name in names}
 
 # Vision/audio towers of multimodal models: small images and patches.
 SHRINK.update({"image_size": 32, "patch_size": 8, "num_channels": 3})
@@ -80,7 +86,32 @@ TOKEN_ID_KEYS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_
 
 # Per-model fixes on top of the generic shrinking: keys (dotted for sub-configs)
 # set after it, for configs whose attributes must agree with each other.
-OVERRIDES: dict[str, dict] = {}
+OVERRIDES: dict[str, dict] = {
+    # MoE sizes left unset (None) by the default config
+    "dots1": {"n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1},
+    "deepseek_v2": {"num_experts_per_tok": 2},
+    "nemotron": {"num_key_value_heads": 2},
+    "mamba2": {"num_heads": 8},  # num_heads * head_dim must equal hidden_size * expand
+    "reformer": {"is_decoder": True, "attn_layers": ["local", "lsh"], "attention_head_size": 16,
+                 "axial_pos_embds_dim": [32, 32], "axial_pos_shape": [4, 4], "max_position_embeddings": 16,
+                 "local_attn_chunk_length": 4, "lsh_attn_chunk_length": 4, "num_buckets": 2,
+                 "hash_seed": 0},  # LSH draws random rotations: same seed on both devices
+    "gemma3n_text": {"num_kv_shared_layers": 0, "hidden_size_per_layer_input": 16, "laurel_rank": 8},
+    # head_dim left None by the default config but read by the model
+    "ministral": {"head_dim": 16},
+    "hunyuan_v1_dense": {"head_dim": 16},
+    "hunyuan_v1_moe": {"head_dim": 16},
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"]},
+    "xmod": {"default_language": "en_XX"},
+    # the shared attention block is tied across hybrid layers: keep two of them
+    "zamba": {"num_hidden_layers": 3, "layers_block_type": ["linear_attention", "hybrid", "hybrid"],
+              "attention_hidden_size": 128, "attention_head_dim": 32, "mamba_dt_rank": 8},
+    # input_ids are (batch * num_codebooks, seq)
+    "musicgen.decoder": {"num_codebooks": 2},
+    "musicgen_melody.decoder": {"num_codebooks": 2},  # its adapters need a language to route to
+    # per-layer attention pattern given as [[kinds], repeats]
+    "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
+}
 
 
 def _shrunk_value(key, value):
@@ -113,31 +144,39 @@ def tiny_config_kwargs(config) -> dict:
         new = _shrunk_value(key, value)
         if new is not value:
             kwargs[key] = new
-    heads = kwargs.get("num_attention_heads", getattr(config, "num_attention_heads", None))
+    attrs = vars(config)  # plain attributes only: per-layer configs raise on some getattr calls
+
+    def current(key):
+        return kwargs.get(key, attrs.get(key))
+
+    heads = current("num_attention_heads")
     for key in ("num_key_value_heads", "num_kv_heads"):
-        if key in kwargs or isinstance(getattr(config, key, None), int):
-            value = kwargs.get(key, getattr(config, key))
-            if isinstance(heads, int) and heads % max(value, 1):
+        value = current(key)
+        if isinstance(value, int) and isinstance(heads, int):
+            # grouped-query attention needs heads % kv_heads == 0; latent (MLA)
+            # attention expands keys to every head
+            if heads % max(value, 1) or "kv_lora_rank" in attrs:
                 kwargs[key] = heads
-    if "head_dim" in vars(config) and getattr(config, "head_dim", None) is not None:
-        hidden = kwargs.get("hidden_size", getattr(config, "hidden_size", None))
-        if isinstance(hidden, int) and isinstance(heads, int):
-            kwargs["head_dim"] = max(hidden // heads, 8)
+    if attrs.get("head_dim") is not None and isinstance(heads, int) and isinstance(current("hidden_size"), int):
+        kwargs["head_dim"] = max(current("hidden_size") // heads, 8)
+    layers = kwargs.get("num_hidden_layers")
     for key in ("layer_types", "mlp_layer_types", "layers_block_type", "block_types", "hybrid_override_pattern"):
-        value = getattr(config, key, None)
-        layers = kwargs.get("num_hidden_layers")
+        value = attrs.get(key)  # derived properties are recomputed from the layer count
         if isinstance(value, (list, str)) and layers is not None and len(value) != layers:
             kwargs[key] = _spread(value, layers)
-    vocab = kwargs.get("vocab_size", getattr(config, "vocab_size", None))
+    vocab = current("vocab_size")
     if isinstance(vocab, int):
         for key in TOKEN_ID_KEYS:
-            if key not in kwargs and key in vars(config):
-                kwargs[key] = getattr(config, key)
+            if key not in kwargs and key in attrs:
+                kwargs[key] = attrs[key]
         _fix_token_ids(kwargs, vocab)
-        for key, value in vars(config).items():
-            if key.endswith("token_index") or key.endswith("token_id") and key not in TOKEN_ID_KEYS:
+        # image/audio/... placeholder ids beyond the small vocab: distinct ids
+        # just below those of TOKEN_ID_KEYS (inputs stay below vocab - 16)
+        spare = iter(range(vocab - 1 - len(TOKEN_ID_KEYS), vocab - 16, -1))
+        for key, value in sorted(attrs.items()):
+            if (key.endswith("token_index") or key.endswith("token_id")) and key not in TOKEN_ID_KEYS:
                 if isinstance(value, int) and value >= vocab:
-                    kwargs[key] = vocab - 8 + hash(key) % 4
+                    kwargs[key] = next(spare, vocab - 16)
     return kwargs
 
 
@@ -155,7 +194,11 @@ def tiny_config(model_type: str):
     kwargs = tiny_config_kwargs(cls())
     for key, value in OVERRIDES.get(model_type, {}).items():
         _set_dotted(kwargs, key, value)
+    for key, value in OVERRIDES.get(f"{model_type}.{SUBCONFIG.get(model_type)}", {}).items():
+        _set_dotted(kwargs, f"{SUBCONFIG[model_type]}.{key}", value)
     config = cls(**kwargs)
+    if model_type in SUBCONFIG:
+        config = getattr(config, SUBCONFIG[model_type])
     if model_type in EAGER_ATTENTION:
         config._attn_implementation = "eager"
     return config
@@ -169,6 +212,9 @@ def _set_dotted(kwargs: dict, key: str, value) -> None:
 
 
 EAGER_ATTENTION: set[str] = set()
+
+# Composite configs whose causal-LM class takes one of their sub-configs.
+SUBCONFIG = {"musicgen": "decoder", "musicgen_melody": "decoder"}
 
 
 # ------------------------------------------------------------- one architecture
@@ -190,6 +236,33 @@ def _inputs(config, device):
     return {"input_ids": ids.to(device), "use_cache": False}
 
 
+def _build(model_type: str, config):
+    """AutoModelForCausalLM's model; for a SUBCONFIG type, its class on the sub-config."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    if model_type in SUBCONFIG:
+        return getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])._from_config(config)
+    return transformers.AutoModelForCausalLM.from_config(config)
+
+
+def _redraw_constant_matrices(model) -> list[str]:
+    """Matrices initialized to a constant (MoE routers start at zero) make every
+    router score equal, and the top-k choice among equal scores is left
+    unspecified (CPU and XLA break ties differently). Random values instead keep
+    the comparison about numerics; returns the names redrawn."""
+    import torch
+
+    names = []
+    generator = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.ndim >= 2 and param.numel() > 1 and bool((param == param.flatten()[0]).all()):
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.02)
+                names.append(name)
+    return names
+
+
 def _compare(a, b) -> tuple[bool, float]:
     import torch
 
@@ -207,22 +280,40 @@ def _short(exc: BaseException) -> str:
     return " | ".join(first[:3])[:400]
 
 
-def run_one(model_type: str) -> dict:
+def _compile_check(neuron_model, neuron_inputs, expected, result) -> None:
+    import torch
+
+    start = time.perf_counter()
+    torch._dynamo.reset()  # each architecture compiles from scratch, whatever ran before
+    try:
+        compiled = torch.compile(neuron_model, backend="neuron", fullgraph=True)
+        with torch.no_grad():
+            got = _logits(compiled(**neuron_inputs))
+        result["compile_match"], result["compile_max_diff"] = _compare(got, expected)
+    except Exception as exc:
+        result["compile_match"] = False
+        result["compile_error"] = _short(exc)
+    finally:
+        torch._dynamo.reset()
+    result["compile_s"] = round(time.perf_counter() - start, 1)
+
+
+def run_one(model_type: str, compile_check: bool = True) -> dict:
     """Builds the tiny model and runs the three checks; returns a result row."""
     import copy
 
     import torch
     import torch_neuronx
-    from transformers import AutoModelForCausalLM
 
     result = {"arch": model_type, "status": "ok", "eager_match": False, "fallback_ops": {},
-              "compile_match": False, "eager_max_diff": None, "compile_max_diff": None,
+              "compile_match": None, "eager_max_diff": None, "compile_max_diff": None,
               "error": None, "eager_error": None, "compile_error": None}
     start = time.perf_counter()
     try:
         config = tiny_config(model_type)
         torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(config).eval().float()
+        model = _build(model_type, config).eval().float()
+        result["redrawn"] = _redraw_constant_matrices(model)
         inputs = _inputs(config, "cpu")
         with torch.no_grad():
             expected = _logits(model(**inputs))
@@ -233,6 +324,7 @@ def run_one(model_type: str) -> dict:
         result["seconds"] = round(time.perf_counter() - start, 1)
         return result
     result["params"] = sum(p.numel() for p in model.parameters())
+    result["cpu_s"] = round(time.perf_counter() - start, 1)
 
     neuron_model = copy.deepcopy(model).to("neuron")
     neuron_inputs = _inputs(config, "neuron")
@@ -244,23 +336,16 @@ def run_one(model_type: str) -> dict:
     except Exception as exc:
         result["eager_error"] = _short(exc)
     result["fallback_ops"] = torch_neuronx.get_fallback_ops()
+    result["eager_s"] = round(time.perf_counter() - start - result["cpu_s"], 1)
 
-    torch._dynamo.reset()
-    try:
-        compiled = torch.compile(neuron_model, backend="neuron", fullgraph=True)
-        with torch.no_grad():
-            got = _logits(compiled(**neuron_inputs))
-        result["compile_match"], result["compile_max_diff"] = _compare(got, expected)
-    except Exception as exc:
-        result["compile_error"] = _short(exc)
-    finally:
-        torch._dynamo.reset()
+    if compile_check:
+        _compile_check(neuron_model, neuron_inputs, expected, result)
     result["seconds"] = round(time.perf_counter() - start, 1)
     return result
 
 
 def worker_main() -> None:
-    """Reads model types from stdin, one per line; writes one JSON result line each."""
+    """Reads "<model type> <checks>" lines from stdin; writes one JSON result line each."""
     os.environ.setdefault("TORCH_NEURONX_FALLBACK", "silent")
     import warnings
 
@@ -270,12 +355,17 @@ def worker_main() -> None:
     transformers.logging.set_verbosity_error()
     out = sys.stdout
     sys.stdout = sys.stderr  # model code that prints must not corrupt the result stream
+    import torch_neuronx  # noqa: F401  (pay the imports before the first deadline starts)
+    from transformers import AutoModelForCausalLM  # noqa: F401
+
+    out.write("READY\n")
+    out.flush()
     for line in sys.stdin:
-        model_type = line.strip()
-        if not model_type:
+        if not line.strip():
             continue
+        model_type, checks = line.split()
         try:
-            row = run_one(model_type)
+            row = run_one(model_type, compile_check="compile" in checks.split(","))
         except BaseException as exc:  # keep the worker alive for the next one
             row = {"arch": model_type, "status": "sweep-error", "error": _short(exc),
                    "trace": traceback.format_exc()[-2000:]}
@@ -300,10 +390,14 @@ class Worker:
                                      text=True, bufsize=1, env=env)
         self.arch = None
         self.deadline = None
+        ready, _, _ = select.select([self.proc.stdout], [], [], 300)
+        if not ready or self.proc.stdout.readline().strip() != "READY":
+            self.kill()
+            raise RuntimeError(f"arch_sweep worker did not start; see {log.name}")
 
-    def send(self, arch: str, timeout: float) -> None:
+    def send(self, arch: str, checks: str, timeout: float) -> None:
         self.arch, self.deadline = arch, time.monotonic() + timeout
-        self.proc.stdin.write(arch + "\n")
+        self.proc.stdin.write(f"{arch} {checks}\n")
         self.proc.stdin.flush()
 
     def kill(self) -> None:
@@ -320,8 +414,14 @@ def _read_row(worker: Worker):
     return json.loads(line[len("RESULT "):])
 
 
-def sweep(archs: list[str], jobs: int, timeout: float, cache: dict, save, log) -> None:
-    todo = [a for a in archs if a not in cache]
+def _needs_run(row, checks: str) -> bool:
+    if row is None:
+        return True
+    return "compile" in checks and row.get("status") == "ok" and row.get("compile_match") is None
+
+
+def sweep(archs: list[str], checks: str, jobs: int, timeout: float, cache: dict, save, log) -> None:
+    todo = [a for a in archs if _needs_run(cache.get(a), checks)]
     workers: list[Worker] = []
     busy: dict[int, Worker] = {}
     total, done = len(todo), 0
@@ -331,7 +431,7 @@ def sweep(archs: list[str], jobs: int, timeout: float, cache: dict, save, log) -
             worker = idle[0] if idle else Worker(log)
             if not idle:
                 workers.append(worker)
-            worker.send(todo.pop(0), timeout)
+            worker.send(todo.pop(0), checks, timeout)
             busy[worker.proc.stdout.fileno()] = worker
         wait = max(0.1, min(w.deadline for w in busy.values()) - time.monotonic())
         ready, _, _ = select.select(list(busy), [], [], wait)
@@ -354,11 +454,27 @@ def sweep(archs: list[str], jobs: int, timeout: float, cache: dict, save, log) -
                 workers.remove(worker)
                 worker.kill()
                 done += 1
-                _record({"arch": worker.arch, "status": "timeout", "error": f"no result in {timeout:.0f} s"},
-                        cache, save, done, total)
+                _record(_timeout_row(cache.get(worker.arch), worker.arch, checks, timeout), cache, save, done, total)
     for worker in workers:
         worker.proc.stdin.close()
         worker.proc.wait()
+
+
+def merge_cache(cache: dict, path: str) -> None:
+    """Rows of `path` replace missing rows and rows without a compile result."""
+    with open(path) as f:
+        other = json.load(f)
+    for arch, row in other.items():
+        mine = cache.get(arch)
+        if mine is None or (mine.get("compile_match") is None and row.get("compile_match") is not None):
+            cache[arch] = row
+
+
+def _timeout_row(previous, arch: str, checks: str, timeout: float) -> dict:
+    """A compile pass that times out keeps the eager results of the earlier pass."""
+    if "compile" in checks and previous and previous.get("status") == "ok":
+        return dict(previous, compile_match=False, compile_error=f"timed out (whole run > {timeout:.0f} s)")
+    return {"arch": arch, "status": "timeout", "error": f"no result in {timeout:.0f} s"}
 
 
 def _record(row, cache, save, done, total) -> None:
@@ -372,7 +488,7 @@ def verdict(row) -> str:
         return f"{row['status']}: {row.get('error')}"
     parts = ["eager " + ("match" if row["eager_match"] else "MISMATCH/ERROR"),
              f"fallback {len(row['fallback_ops'])}",
-             "compile " + ("match" if row["compile_match"] else "FAIL")]
+             "compile " + {True: "match", False: "FAIL", None: "not run"}[row["compile_match"]]]
     return ", ".join(parts)
 
 
@@ -389,10 +505,11 @@ def summarize(rows: list[dict]) -> dict:
     counts = {
         "eager": sum(r["eager_match"] for r in ok),
         "zero_fallback": sum(r["eager_error"] is None and not r["fallback_ops"] for r in ok),
-        "compile": sum(r["compile_match"] for r in ok),
+        "compile": sum(r["compile_match"] is True for r in ok),
     }
     return {
         "total": total,
+        "compile_measured": sum(r["compile_match"] is not None for r in ok),
         "cpu_broken": total - len(runnable),
         "counts": counts,
         "of_all": {k: pct(v, total) for k, v in counts.items()},
@@ -420,7 +537,12 @@ def render_markdown(rows: list[dict], command: str) -> str:
         "Generated by `benchmarks/arch_sweep.py --write`; do not edit by hand.",
         "",
         f"- Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-        f"- Command: `{command}`",
+        "- Commands:",
+        "",
+        "```",
+        command,
+        "```",
+        "",
         f"- Software: torch {torch.__version__}, transformers {transformers.__version__}",
         f"- Architectures: every model type in transformers' `MODEL_FOR_CAUSAL_LM_MAPPING_NAMES` ({s['total']}).",
         f"- Per architecture: a tiny config (2 layers, hidden 64, 4 heads, vocab <= 512, <= 4 experts, small "
@@ -431,6 +553,8 @@ def render_markdown(rows: list[dict], command: str) -> str:
         "compile: `torch.compile(model, backend=\"neuron\", fullgraph=True)` forward vs CPU, same tolerance.",
         "",
         "## Summary",
+        "",
+        f"torch.compile was measured on {s['compile_measured']} architectures; the others count as not passing.",
         "",
         "| check | architectures | % of all | % of those that run on CPU | target (% of all) |",
         "|---|---:|---:|---:|---:|",
@@ -450,8 +574,8 @@ def render_markdown(rows: list[dict], command: str) -> str:
         fb = ", ".join(f"{k} ({v})" for k, v in row["fallback_ops"].items()) or "none"
         note = row.get("compile_error") or row.get("eager_error") or ""
         lines.append(
-            f"| {row['arch']} | {'match' if row['eager_match'] else '**no**'} | {_fmt(row['eager_max_diff'])} "
-            f"| {fb} | {'match' if row['compile_match'] else '**no**'} | {_fmt(row['compile_max_diff'])} "
+            f"| {row['arch']} | {_yes_no(row['eager_match'])} | {_fmt(row['eager_max_diff'])} "
+            f"| {fb} | {_yes_no(row['compile_match'])} | {_fmt(row['compile_max_diff'])} "
             f"| {_cell(note)} |")
     broken = [r for r in rows if r["status"] != "ok"]
     lines += ["", "## Not run on the device", "",
@@ -465,6 +589,39 @@ def render_markdown(rows: list[dict], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+COMMANDS = (
+    "python benchmarks/arch_sweep.py --checks eager --jobs 1 --timeout 120   # fast pass, every architecture",
+    "python benchmarks/arch_sweep.py --jobs 1 --timeout 180   # adds torch.compile, resumes from the cache",
+    "python benchmarks/arch_sweep.py --checks eager --write   # regenerates this page from the cache",
+)
+
+
+def write_reports(rows: list[dict]) -> None:
+    """docs/architectures.md (full table) and the arch_sweep section of RESULTS.md."""
+    from results_file import write_section  # benchmarks/ is on sys.path when run as a script
+
+    with open(DOC, "w") as f:
+        f.write(render_markdown(rows, "\n".join(COMMANDS)))
+    s = summarize(rows)
+    lines = ["## Causal-LM architecture sweep (`benchmarks/arch_sweep.py`)", "",
+             f"- Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; full table: docs/architectures.md",
+             "- Commands:", "", "```", *COMMANDS, "```", "",
+             "| check | architectures | % of all | % of those that run on CPU | target |", "|---|---:|---:|---:|---:|"]
+    for key, label in (("eager", "eager matches CPU"), ("zero_fallback", "no fallback op"),
+                       ("compile", "compile fullgraph matches CPU")):
+        lines.append(f"| {label} | {s['counts'][key]} / {s['total']} | {s['of_all'][key]}% | "
+                     f"{s['of_runnable'][key]}% | >= {TARGETS[key]}% |")
+    lines += ["", f"cpu-broken (tiny model fails on CPU): {s['cpu_broken']}; torch.compile measured on "
+              f"{s['compile_measured']} of {s['total'] - s['cpu_broken']} runnable architectures (the others "
+              "count as not passing)."]
+    write_section("arch_sweep", "\n".join(lines))
+    print(f"wrote {DOC} and the arch_sweep section of benchmarks/RESULTS.md ({len(rows)} architectures)")
+
+
+def _yes_no(value) -> str:
+    return {True: "match", False: "**no**", None: "not run"}[value]
+
+
 def _fmt(value) -> str:
     return "-" if value is None else f"{value:.1e}"
 
@@ -476,6 +633,9 @@ def _cell(text: str) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--checks", default="eager,compile", choices=["eager", "eager,compile"],
+                        help="eager only (fast pass), or eager and compile; a later compile pass "
+                             "fills in architectures cached without it")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes in parallel")
     parser.add_argument("--only", default="", help="comma-separated model types (default: all)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per architecture")
@@ -483,6 +643,10 @@ def main(argv=None) -> int:
     parser.add_argument("--fresh", action="store_true", help="ignore cached results for the selected architectures")
     parser.add_argument("--write", action="store_true", help="regenerate docs/architectures.md from the cache")
     parser.add_argument("--json", help="also write the selected rows and summary here")
+    parser.add_argument("--merge", action="append", default=[], metavar="PATH",
+                        help="take rows from another results JSON (a run in parallel) where they carry more "
+                             "checks than the cache's")
+    parser.add_argument("--log", help="workers' stderr (default: arch_sweep_workers.log in the temp dir)")
     args = parser.parse_args(argv)
     if args.worker:
         worker_main()
@@ -503,6 +667,8 @@ def main(argv=None) -> int:
     if args.fresh:
         for arch in archs:
             cache.pop(arch, None)
+    for path in args.merge:
+        merge_cache(cache, path)
 
     def save():
         tmp = args.cache + ".tmp"
@@ -510,9 +676,9 @@ def main(argv=None) -> int:
             json.dump(cache, f, indent=1, sort_keys=True)
         os.replace(tmp, args.cache)
 
-    log_path = args.cache + ".log"
+    log_path = args.log or os.path.join(tempfile.gettempdir(), "arch_sweep_workers.log")
     with open(log_path, "a") as log:
-        sweep(archs, args.jobs, args.timeout, cache, save, log)
+        sweep(archs, args.checks, args.jobs, args.timeout, cache, save, log)
 
     rows = [cache[a] for a in archs if a in cache]
     s = summarize(rows)
@@ -521,11 +687,7 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "summary": s}, f, indent=1, default=str)
     if args.write:
-        full = [cache[a] for a in known if a in cache]
-        command = "python benchmarks/arch_sweep.py --jobs 1 --timeout 120 --write"
-        with open(DOC, "w") as f:
-            f.write(render_markdown(full, command))
-        print(f"wrote {DOC} ({len(full)} architectures)")
+        write_reports([cache[a] for a in known if a in cache])
     return 0
 
 

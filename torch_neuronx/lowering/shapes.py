@@ -84,6 +84,18 @@ def _view_dtype(x, dtype):
     return jax.lax.bitcast_convert_type(grouped, dtype)
 
 
+
+@lowering(aten.view_as_complex)
+def view_as_complex(x):
+    """(..., 2) real pairs -> complex (...); a value copy, as every lowering (graphs are functional)."""
+    return jax.lax.complex(x[..., 0], x[..., 1])
+
+
+@lowering(aten.view_as_real)
+def view_as_real(x):
+    """complex (...) -> (..., 2) real pairs [real, imag]."""
+    return jnp.stack([jnp.real(x), jnp.imag(x)], axis=-1)
+
 @lowering(aten.permute)
 def permute(x, dims):
     return jnp.transpose(x, tuple(d % x.ndim for d in dims)) if x.ndim else x

@@ -632,6 +632,21 @@ def _shard(batch: torch.Tensor, rank: int, world: int) -> torch.Tensor:
     return batch[rank * per:(rank + 1) * per]
 
 
+def _train_steps(model, parameters, rank: int, world: int, device) -> list[float]:
+    """TRAIN_STEPS of SGD on this rank's shard of each step's batch; the losses."""
+    optimizer = torch.optim.SGD(parameters, lr=LR)
+    X, Y = _train_data()
+    losses = []
+    for step in range(TRAIN_STEPS):
+        loss = torch.nn.functional.mse_loss(model(_shard(X[step], rank, world).to(device)),
+                                            _shard(Y[step], rank, world).to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
 def _scenario_training(rank: int, world: int) -> dict:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -657,21 +672,10 @@ def _scenario_training(rank: int, world: int) -> dict:
     flat = torch.empty(world * 3, device=device)
     dist.all_gather_into_tensor(flat, torch.full((1, 3), float(rank), device=device))
     out["gather_flat"] = flat.cpu()
-
-    X, Y = _train_data()
+    X, Y = _train_data()  # tensor parallel below runs the first step's batch
 
     def train(model, label):
-        optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-        losses = []
-        for step in range(TRAIN_STEPS):
-            x = _shard(X[step], rank, world).to(device)
-            y = _shard(Y[step], rank, world).to(device)
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.item())
-        out[f"{label}_losses"] = losses
+        out[f"{label}_losses"] = _train_steps(model, model.parameters(), rank, world, device)
 
     try:
         model = _mlp()
@@ -858,17 +862,7 @@ def _scenario_mesh4(rank: int, world: int) -> dict:
             if isinstance(layer, torch.nn.Linear):
                 fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh)
-        optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-        X, Y = _train_data()
-        losses = []
-        for step in range(TRAIN_STEPS):
-            loss = torch.nn.functional.mse_loss(model(_shard(X[step], rank, world).to(device)),
-                                                _shard(Y[step], rank, world).to(device))
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.item())
-        out["hsdp_losses"] = losses
+        out["hsdp_losses"] = _train_steps(model, model.parameters(), rank, world, device)
         out["hsdp_params"] = [p.full_tensor().detach().cpu() for p in model.parameters()]
     except Exception:  # noqa: BLE001
         out["hsdp_error"] = traceback.format_exc()
@@ -900,20 +894,10 @@ def _scenario_compiled(rank: int, world: int) -> dict:
 
     dist.init_process_group("neuron", timeout=datetime.timedelta(seconds=60))
     device = torch.device("neuron", torch.neuron.current_device())
-    X, Y = _train_data()
     out: dict = {}
 
     def train(model, parameters, label):
-        optimizer = torch.optim.SGD(parameters, lr=LR)
-        losses = []
-        for step in range(TRAIN_STEPS):
-            loss = torch.nn.functional.mse_loss(model(_shard(X[step], rank, world).to(device)),
-                                                _shard(Y[step], rank, world).to(device))
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.item())
-        out[f"{label}_losses"] = losses
+        out[f"{label}_losses"] = _train_steps(model, parameters, rank, world, device)
 
     for label in ("ddp", "fsdp"):
         torch_neuronx.reset_dynamo_metrics()

@@ -79,12 +79,24 @@ def native_overloads() -> list[tuple[str, int]]:
     return result
 
 
+_python_kernels: list[torch.library.Library] = []  # kept alive: a dropped Library unregisters
+
+
+def _register_python_kernels(kernels: dict) -> None:
+    """Native ops implemented in Python (ops/rnn.py, ops/histogram.py) for the neuron key."""
+    library = torch.library.Library("aten", "IMPL")
+    for name, kernel in kernels.items():
+        library.impl(name, kernel, "PrivateUse1")
+    _python_kernels.append(library)
+
+
 def register() -> None:
     from torch_neuronx.ops import histogram, rnn
 
     _C._register_native_ops(native_overloads())
-    rnn.register()
-    histogram.register()
+    if not _python_kernels:
+        _register_python_kernels(rnn.KERNELS)
+        _register_python_kernels(histogram.KERNELS)
 
 
 def apply_env_policies() -> None:

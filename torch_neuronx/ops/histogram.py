@@ -14,8 +14,6 @@ import torch
 
 from torch_neuronx import _C
 
-_library: torch.library.Library | None = None
-
 
 def _counts(self: torch.Tensor, bins: int, min, max) -> torch.Tensor:
     host = _C._host_view(self)
@@ -36,12 +34,3 @@ def histc_out(self: torch.Tensor, bins: int = 100, min=0, max=0, *, out: torch.T
 
 
 KERNELS = {"histc": histc, "histc.out": histc_out}
-
-
-def register() -> None:
-    global _library
-    if _library is not None:
-        return
-    _library = torch.library.Library("aten", "IMPL")
-    for name, kernel in KERNELS.items():
-        _library.impl(name, kernel, "PrivateUse1")

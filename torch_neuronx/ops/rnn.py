@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import torch
 
-_library = None
-
 
 def _with_biases(input_gates, hidden_gates, input_bias, hidden_bias):
     if input_bias is not None:
@@ -79,12 +77,3 @@ KERNELS = {
     "_thnn_fused_gru_cell": gru_cell,
     "_thnn_fused_gru_cell_backward": gru_cell_backward,
 }
-
-
-def register() -> None:
-    global _library
-    if _library is not None:
-        return
-    _library = torch.library.Library("aten", "IMPL")
-    for name, kernel in KERNELS.items():
-        _library.impl(name, kernel, "PrivateUse1")

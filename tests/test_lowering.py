@@ -847,6 +847,8 @@ def _misc_cases():
         _direct(aten.angle.default, torch.tensor([-1.5, 0.0, float("nan"), 2.0])),
         _direct(aten.angle.default, torch.complex(x, y)), _direct(aten.polar.default, x.abs(), y),
         _direct(aten.complex.default, x, y), _direct(aten.igamma.default, x.abs(), y.abs()),
+        _direct(aten.view_as_real.default, torch.complex(x, y)),
+        _direct(aten.view_as_complex.default, torch.stack([x, y], -1)),
         _direct(aten.igammac.default, x.abs() + 0.5, y.abs()),
         _direct(aten.hardshrink_backward.default, x, y, 0.5), _direct(aten.softshrink_backward.default, x, y, 1.0),
         _direct(aten.searchsorted.Tensor, boundaries, x), _direct(aten.searchsorted.Tensor, boundaries, x, right=True),

@@ -227,16 +227,11 @@ def main(argv=None) -> int:
     steps = step_cases(args.quick)
     compiles = [] if args.quick else compile_cases()
     command = "python benchmarks/bench_compile.py" + (" --quick" if args.quick else "")
-    text = render(steps, compiles, command)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"steps": steps, "compile": compiles}, handle, indent=2)
-    if args.write:
-        sys.path.insert(0, HERE)
-        from results_file import write_section
+    sys.path.insert(0, HERE)
+    from results_file import publish
 
-        write_section("compile", text)
+    publish("compile", render(steps, compiles, command), write=args.write, json_path=args.json,
+            payload={"steps": steps, "compile": compiles})
     return 0
 
 

@@ -36,6 +36,8 @@ import torch
 import torch.multiprocessing as mp
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from results_file import publish  # noqa: E402
 FULL_SIZES_MIB = (1, 4, 16, 64, 256)
 QUICK_SIZES_MIB = (1, 4)
 
@@ -194,15 +196,7 @@ def main(argv=None) -> int:
     results = {w: run_world(w, sizes, rounds, ddp_rounds) for w in worlds}
     command = "python benchmarks/bench_distributed.py" + (" --quick" if args.quick else "") + (
         f" --worlds {args.worlds}" if args.worlds else "")
-    text = render(results, command)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
-    if args.write:
-        sys.path.insert(0, str(HERE))
-        from results_file import write_section
-
-        write_section("distributed", text)
+    publish("distributed", render(results, command), write=args.write, json_path=args.json, payload=results)
     return 0 if all(r["correct"] for r in results.values()) else 1
 
 

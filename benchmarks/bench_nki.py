@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import statistics
 import sys
@@ -120,16 +119,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     results = run(args.quick)
     command = "python benchmarks/bench_nki.py" + (" --quick" if args.quick else "") + (" --write" if args.write else "")
-    text = render(results, command)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
-    if args.write:
-        sys.path.insert(0, str(HERE))
-        from results_file import write_section
+    sys.path.insert(0, str(HERE))
+    from results_file import publish
 
-        write_section("nki", text)
-        print(f"wrote {RESULTS_PATH}")
+    publish("nki", render(results, command), write=args.write, json_path=args.json, payload=results)
     return 0 if all(r["passed"] for r in results["simulator"]) else 1
 
 

@@ -21,3 +21,16 @@ def write_section(name: str, markdown: str, path: Path = RESULTS_PATH) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + block
     path.write_text(text)
+
+
+def publish(section: str, text: str, *, write: bool, json_path: str | None = None, payload=None) -> None:
+    """What every benchmark script does with its report: print it, optionally dump the raw
+    results as JSON, and with --write replace its section of RESULTS.md."""
+    import json
+
+    print(text)
+    if json_path:
+        Path(json_path).write_text(json.dumps(payload, indent=2))
+    if write:
+        write_section(section, text)
+        print(f"wrote the {section} section of {RESULTS_PATH}")

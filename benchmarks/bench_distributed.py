@@ -132,7 +132,7 @@ def _worker(rank: int, world: int, port: int, sizes, rounds: int, ddp_rounds: in
     dist.init_process_group("neuron", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=600))
     try:
-        allreduce = [_allreduce_case(dist, rank, world, mib, rounds if mib < 64 else max(3, rounds // 3))
+        allreduce = [_allreduce_case(dist, rank, world, mib, rounds if mib < 64 else max(5, rounds // 2))
                      for mib in sizes]
         check = torch.full((1024,), float(rank + 1), device="neuron")
         dist.all_reduce(check)

@@ -111,6 +111,13 @@ OVERRIDES: dict[str, dict] = {
     "musicgen_melody.decoder": {"num_codebooks": 2},  # its adapters need a language to route to
     # per-layer attention pattern given as [[kinds], repeats]
     "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
+    # read by the model but left unset by the default config
+    "dbrx": {"attn_config.rope_theta": 10000.0, "attn_config.clip_qkv": 8.0},
+    "qwen4_exp": {"text_config.indexer_n_heads": 2, "text_config.indexer_kv_heads": 1,
+                  "text_config.indexer_head_dim": 16, "text_config.indexer_compress_ratio": 2,
+                  "text_config.indexer_budget": 8},
+    "qwen4_exp_text": {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": 16,
+                       "indexer_compress_ratio": 2, "indexer_budget": 8},
 }
 
 

@@ -183,15 +183,52 @@ def test_fp64_graph_follows_the_fp32_rule():
     assert (out.cpu() - (x * y + 1)).abs().max() > 1e-10  # not computed in float64
 
 
-def test_outputs_adopt_xla_buffers_without_copy():
-    def f(x):
-        return x * 3
+def test_inputs_and_outputs_cross_without_copies():
+    from torch_neuronx.compiler import graph
 
-    compiled = torch.compile(f, backend="neuron")
-    out = compiled(torch.ones(1024, device=DEVICE))
-    view = torch_neuronx._C._host_view(out)
-    assert view.data_ptr() == out.data_ptr()
-    torch.testing.assert_close(out.cpu(), torch.full((1024,), 3.0))
+    x = torch.randn(1024, device=DEVICE)
+    array = graph._jax_input(x, 0)
+    assert array.unsafe_buffer_pointer() == x.data_ptr()  # XLA reads the tensor's own bytes
+    assert graph._jax_input(x, 0) is array  # imported once per address and layout
+    result = array * 3
+    out = graph._from_jax(result, x.device, None)
+    assert out.device.type == "neuron"
+    assert out.data_ptr() == result.unsafe_buffer_pointer()  # the tensor takes XLA's buffer
+    torch.testing.assert_close(out.cpu(), x.cpu() * 3)
+
+
+def test_unaligned_or_strided_inputs_are_copied_once_and_still_correct():
+    from torch_neuronx.compiler import graph
+
+    base = torch.randn(1025, device=DEVICE)
+    shifted = base[1:]  # 4 bytes past an aligned block
+    strided = base[::2]
+    for tensor in (shifted, strided):
+        array = graph._jax_input(tensor, 0)
+        assert array.unsafe_buffer_pointer() != tensor.data_ptr()
+        torch.testing.assert_close(torch.from_dlpack(array), tensor.cpu())
+    out = torch.compile(lambda a, b: a + b, backend="neuron")(shifted[:513], strided)
+    torch.testing.assert_close(out.cpu(), shifted.cpu()[:513] + strided.cpu())
+
+
+def test_cached_imports_see_in_place_updates_and_reused_memory():
+    """Imports are reused per address and layout: a graph must still read the
+    current bytes after an in-place update, and another tensor at the same
+    address (here a second view; after a free, a new tensor) is read as itself."""
+    compiled = torch.compile(lambda w, x: (w * x).sum(), backend="neuron")
+    storage = torch.ones(512, device=DEVICE)
+    w = storage[:256]
+    x = torch.arange(256.0, device=DEVICE)
+    total = float(torch.arange(256.0).sum())
+    assert compiled(w, x).item() == pytest.approx(total)
+    with torch.no_grad():
+        w.mul_(2)  # what optimizers do to parameters
+    assert compiled(w, x).item() == pytest.approx(2 * total)
+    del w
+    other = storage.narrow(0, 0, 256)
+    other.fill_(3.0)
+    assert compiled(other, x).item() == pytest.approx(3 * total)
+    assert compiled(storage[256:], x).item() == pytest.approx(total)  # another address
 
 
 def test_debug_dir_receives_fx_graphs_and_stablehlo(tmp_path, monkeypatch):

@@ -133,10 +133,9 @@ class CompiledGraph:
     # -- running ---------------------------------------------------------------
     def __call__(self, args):
         device = _device_of(args)
-        host = [_host_input(a, i) if isinstance(a, torch.Tensor) else a for i, a in enumerate(args)]
+        arrays = [_jax_input(a, i) if isinstance(a, torch.Tensor) else a for i, a in enumerate(args)]
         seed = _draw_seed(device) if self.uses_rng else 0
-        executable = self._executable(seed, host)
-        outputs, written = executable(seed, *[_as_jax(h) if isinstance(h, torch.Tensor) else h for h in host])
+        outputs, written = self._executable(seed, arrays)(seed, *arrays)
         for (index, _, _), value in zip(self.mutations, written):
             args[index].copy_(_from_jax(value, device, args[index].dtype))
         single = not isinstance(outputs, (list, tuple))
@@ -146,10 +145,8 @@ class CompiledGraph:
         ]
         return converted[0] if single else converted
 
-    def _executable(self, seed, host):
-        signature = tuple(
-            (tuple(h.shape), h.dtype) if isinstance(h, torch.Tensor) else h for h in host
-        )
+    def _executable(self, seed, arrays):
+        signature = tuple((a.shape, a.dtype) if hasattr(a, "dtype") else a for a in arrays)
         key = (self.key, signature, self.emulate_fp64)
         with _EXECUTABLES_LOCK:
             executable = _EXECUTABLES.get(key)
@@ -157,7 +154,7 @@ class CompiledGraph:
             metrics.record_cache_hit("memory")
             return executable
         start = time.perf_counter()
-        lowered = self._jitted.lower(seed, *[_as_jax(h) if isinstance(h, torch.Tensor) else h for h in host])
+        lowered = self._jitted.lower(seed, *arrays)
         artifacts.write(self.name, self.gm.code, lowered.as_text())
         executable = lowered.compile()
         metrics.record_compile(time.perf_counter() - start, self.name)
@@ -200,44 +197,76 @@ _KDL_CPU = 1  # DLPack's device type of host memory
 
 
 @functools.lru_cache(maxsize=1)
-def _dlpack_importer():
-    """The jaxlib call under jax.dlpack.from_dlpack, bound to the CPU device.
+def _jaxlib_dlpack():
+    """The jaxlib calls under jax.dlpack, bound to the CPU device: (import, export).
 
-    from_dlpack spends ~250 us per array on Python checks around a ~15 us import:
-    too much for a graph called every step with a dozen inputs. The direct call
-    imports the same buffer without a copy (copy=False: an unaligned buffer
-    raises instead of being copied silently; _host_input aligns first). None
-    when this jaxlib does not have that entry point; then from_dlpack is used."""
+    jax.dlpack.from_dlpack spends ~250 us per array on Python checks around a
+    ~15 us import, and torch.from_dlpack(jax_array) ~20 us around a ~2 us export:
+    too much for graphs called every step with dozens of inputs and outputs.
+    The direct calls move the same buffers without copies (import with
+    copy=False: an unaligned buffer raises instead of being copied silently;
+    _host_input aligns first). None when this jaxlib lacks them; then the
+    public jax.dlpack / torch.from_dlpack functions are used."""
     try:
         from jax._src import xla_bridge
         from jax._src.lib import _jax, jaxlib_extension_version
     except ImportError:
         return None
-    if jaxlib_extension_version < 467:
+    if jaxlib_extension_version < 467 or not hasattr(_jax, "buffer_to_dlpack_managed_tensor"):
         return None
     device = xla_bridge.get_backend("cpu").device_from_local_hardware_id(0)
-    to_dlpack = torch.utils.dlpack.to_dlpack
+    to_dlpack, from_dlpack = torch.utils.dlpack.to_dlpack, torch._C._from_dlpack
+    importer, exporter = _jax.dlpack_managed_tensor_to_buffer, _jax.buffer_to_dlpack_managed_tensor
 
     def import_array(tensor: torch.Tensor):
-        return _jax.dlpack_managed_tensor_to_buffer(to_dlpack(tensor), device, None, False, _KDL_CPU)
+        return importer(to_dlpack(tensor), device, None, False, _KDL_CPU)
 
-    return import_array
+    def export_array(value) -> torch.Tensor:
+        return from_dlpack(exporter(value, stream=None))
+
+    return import_array, export_array
 
 
 def _as_jax(tensor: torch.Tensor):
     """A jax array over the tensor's bytes (zero-copy for 64-byte aligned dense tensors)."""
+    bridge = _jaxlib_dlpack()
+    if bridge is not None and tensor.dtype != torch.bool:
+        return bridge[0](tensor)
     import jax.dlpack
 
-    importer = _dlpack_importer()
-    if importer is not None and tensor.dtype != torch.bool:
-        return importer(tensor)
     return jax.dlpack.from_dlpack(tensor)
 
 
+# jax arrays over neuron memory, keyed by the bytes they address. Importing a
+# buffer costs ~13 us; parameters and optimizer state come back at the same
+# address every step. An entry holds no reference to the memory (host views do
+# not own it), and it is only used while a live tensor has exactly that
+# address, shape, strides and dtype, so it always reads that tensor's bytes.
+_IMPORTED: dict[tuple, object] = {}
+_IMPORTED_MAX = 4096
+
+
+def _jax_input(tensor: torch.Tensor, index: int):
+    """The jax array a compiled graph reads for one tensor input."""
+    if tensor.device.type == "neuron" and tensor.dtype != torch.bool and tensor.data_ptr() % 64 == 0 \
+            and tensor.is_contiguous():
+        key = (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype)
+        array = _IMPORTED.get(key)
+        if array is None:
+            if len(_IMPORTED) >= _IMPORTED_MAX:
+                _IMPORTED.clear()
+            array = _IMPORTED[key] = _as_jax(_host_input(tensor, index))
+        return array
+    return _as_jax(_host_input(tensor, index))
+
+
 def _from_jax(value, device: torch.device, dtype: torch.dtype | None) -> torch.Tensor:
+    """A neuron tensor that takes over the jax array's buffer (no copy)."""
     from torch_neuronx import _C
 
-    tensor = _C._adopt_host(torch.from_dlpack(value), device.index or 0)
+    bridge = _jaxlib_dlpack()
+    host = bridge[1](value) if bridge is not None else torch.from_dlpack(value)
+    tensor = _C._adopt_host(host, device.index or 0)
     if dtype is not None and tensor.dtype != dtype:
         tensor = tensor.to(dtype)  # float64 results computed in float32 (the fp64 rule)
     return tensor

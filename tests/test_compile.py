@@ -305,3 +305,19 @@ def test_log_level_env_var_shows_compiles_and_rejects_unknown_levels():
     out = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0 and "TORCH_NEURONX_LOG_LEVEL='LOUD' is not a log level" in out.stderr
+
+
+def test_graphs_that_differ_only_in_constant_values_do_not_share_executables():
+    """Two functions whose graphs have the same code but different tensor
+    constants (lifted as _tensor_constant0) must not be served each other's
+    executable, in memory or on disk."""
+    def plus(value):
+        def f(x):
+            return x + torch.tensor([value, value * 2], device=x.device)
+        return f
+
+    x = torch.zeros(2, device=DEVICE)
+    first = torch.compile(plus(1.0), backend="neuron")(x)
+    second = torch.compile(plus(5.0), backend="neuron")(x)
+    torch.testing.assert_close(first.cpu(), torch.tensor([1.0, 2.0]))
+    torch.testing.assert_close(second.cpu(), torch.tensor([5.0, 10.0]))

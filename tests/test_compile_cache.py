@@ -12,7 +12,13 @@ import pytest
 SCRIPT = textwrap.dedent(
     """
     import json, time, torch, torch_neuronx
-    from torch_neuronx.compiler import get_dynamo_metrics
+    from torch_neuronx.compiler import get_dynamo_metrics, graph
+    traces = []
+    interpret = graph.CompiledGraph._interpret
+    def counted(self, *args):
+        traces.append(self.name)
+        return interpret(self, *args)
+    graph.CompiledGraph._interpret = counted  # tracing a graph through the lowering table
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 8))
     torch.manual_seed(0)
     for p in model.parameters():
@@ -27,7 +33,8 @@ SCRIPT = textwrap.dedent(
     m = get_dynamo_metrics()
     print(json.dumps({"sum": out.sum().item(), "disk_hits": m["cache_hits_disk"],
                       "corrupt": m.get("cache_hits_corrupt", 0),
-                      "compile_seconds": m["compile_seconds"], "first_call_seconds": seconds}))
+                      "compile_seconds": m["compile_seconds"], "first_call_seconds": seconds,
+                      "traces": len(traces)}))
     """
 )
 
@@ -50,6 +57,7 @@ def test_second_process_reuses_graphs_and_survives_corrupted_entries(cache_dir):
     assert cold["disk_hits"] == 0
     warm, _ = run(cache_dir)
     assert warm["disk_hits"] >= 2  # forward and backward executables
+    assert cold["traces"] >= 2 and warm["traces"] == 0  # a disk hit skips tracing and lowering
     assert warm["sum"] == pytest.approx(cold["sum"], rel=1e-6)
     assert warm["compile_seconds"] < cold["compile_seconds"]
 
@@ -88,3 +96,18 @@ def test_disable_cache(cache_dir):
     assert result["disk_hits"] == 0
     folder = cache_dir["TORCH_NEURONX_NEFF_CACHE_DIR"]
     assert not os.path.exists(folder) or not os.listdir(folder)
+
+
+def test_entry_from_an_incompatible_build_is_discarded(tmp_path, monkeypatch):
+    """An entry whose checksum is right but whose payload does not load (written
+    by another version) is reported, removed and treated as a miss."""
+    from torch_neuronx.compiler import cache, metrics
+
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path))
+    metrics.reset()
+    key = cache.graph_key([b"not a real graph"])
+    cache._write(tmp_path / (key + ".neff"), b"payload of some other format")
+    with pytest.warns(UserWarning, match="could not be loaded"):
+        assert cache.load(key) is None
+    assert not (tmp_path / (key + ".neff")).exists()
+    assert metrics.snapshot()["cache_hits_corrupt"] == 1

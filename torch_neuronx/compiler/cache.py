@@ -1,28 +1,33 @@
-"""The on-disk cache of compiled executables (TORCH_NEURONX_NEFF_CACHE_DIR).
+"""The on-disk cache of compiled graphs (TORCH_NEURONX_NEFF_CACHE_DIR).
 
-XLA executables are cached across processes through JAX's persistent
-compilation cache, with this module's store behind it: each entry is written
-to a temporary file and renamed into place (safe with several processes
-writing at once), and carries a SHA-256 of its payload, so a corrupted or
-truncated entry is detected, reported, deleted and recompiled instead of
-being deserialized.
+An entry is one serialized XLA executable, keyed by everything that decides
+what it computes: the graph's code and constants, the input signature, the
+fp64 rule, and the versions of the lowering table, JAX/XLA and the host CPU
+(see graph_key). Looking an entry up needs no tracing or lowering, so a warm
+start skips both; only Dynamo and AOTAutograd still run.
+
+Each entry is written to a temporary file and renamed into place (safe with
+several processes writing at once) and carries a SHA-256 of its payload, so a
+corrupted or truncated entry is detected, reported, deleted and recompiled
+instead of being deserialized.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import io
 import os
 import pathlib
+import pickle
 import tempfile
-import threading
 import warnings
 
 from torch_neuronx.compiler import metrics
 
-_MAGIC = b"TNXNEFF1"
+_MAGIC = b"TNXNEFF2"
 _SUFFIX = ".neff"
-_installed = threading.Lock()
-_state = {"dir": None}
+_HEADER = len(_MAGIC) + 32
 
 
 def cache_dir() -> str | None:
@@ -36,68 +41,114 @@ def cache_dir() -> str | None:
     return os.path.join(base, "torch_neuronx", "neff")
 
 
-def _store_class():
-    from jax._src.compilation_cache_interface import CacheInterface
+@functools.lru_cache(maxsize=1)
+def _toolchain_fingerprint() -> str:
+    """What else an executable depends on: the code that lowers graphs (this
+    package's lowering table and graph interpreter), JAX/XLA, XLA_FLAGS and the
+    host CPU the code was generated for."""
+    import jax
+    import jaxlib
 
-    class ChecksummedStore(CacheInterface):
-        def __init__(self, path: str):
-            self._path = pathlib.Path(path)
-            self._path.mkdir(parents=True, exist_ok=True)
+    import torch_neuronx
 
-        def _file(self, key: str) -> pathlib.Path:
-            return self._path / (key + _SUFFIX)
-
-        def get(self, key: str):
-            path = self._file(key)
-            try:
-                data = path.read_bytes()
-            except FileNotFoundError:
-                return None
-            header = len(_MAGIC) + 32
-            payload = data[header:]
-            if data[: len(_MAGIC)] != _MAGIC or hashlib.sha256(payload).digest() != data[len(_MAGIC):header]:
-                metrics.record_cache_hit("corrupt")
-                warnings.warn(
-                    f"torch_neuronx: compiled-graph cache entry {path} is corrupted or truncated; "
-                    "it was removed and the graph is recompiled."
-                )
-                path.unlink(missing_ok=True)
-                return None
-            metrics.record_cache_hit("disk")
-            return payload
-
-        def put(self, key: str, value: bytes):
-            data = _MAGIC + hashlib.sha256(value).digest() + value
-            fd, temp = tempfile.mkstemp(dir=self._path, prefix=".tmp-", suffix=_SUFFIX)
-            try:
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(data)
-                os.replace(temp, self._file(key))
-            except BaseException:
-                pathlib.Path(temp).unlink(missing_ok=True)
-                raise
-
-    return ChecksummedStore
+    digest = hashlib.sha256()
+    package = pathlib.Path(torch_neuronx.__file__).parent
+    for path in sorted((package / "lowering").glob("*.py")) + [package / "compiler" / "graph.py"]:
+        digest.update(path.read_bytes())
+    digest.update(f"{jax.__version__}|{jaxlib.__version__}|{os.environ.get('XLA_FLAGS', '')}".encode())
+    digest.update(_cpu_flags().encode())
+    return digest.hexdigest()
 
 
-def install() -> str | None:
-    """Points JAX's persistent cache at the neuron store (once per process)."""
-    path = cache_dir()
-    with _installed:
-        if _state["dir"] == path:
-            return path
-        import jax
-        from jax._src import compilation_cache
+def _cpu_flags() -> str:
+    try:
+        with open("/proc/cpuinfo") as handle:
+            return next((line for line in handle if line.startswith("flags")), "")
+    except OSError:
+        import platform
 
-        compilation_cache.reset_cache()
-        if path is None:
-            jax.config.update("jax_enable_compilation_cache", False)
-        else:
-            jax.config.update("jax_enable_compilation_cache", True)
-            jax.config.update("jax_compilation_cache_dir", path)
-            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-            jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-            compilation_cache._cache = _store_class()(path)
-            compilation_cache._cache_initialized = True
-        _state["dir"] = path
-        return path
+        return platform.processor()
+
+
+def graph_key(parts: list[bytes]) -> str:
+    """The entry name for a graph, from the byte strings that identify it."""
+    digest = hashlib.sha256(_toolchain_fingerprint().encode())
+    for part in parts:
+        digest.update(len(part).to_bytes(8, "little"))
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def _path(key: str) -> pathlib.Path | None:
+    folder = cache_dir()
+    return None if folder is None else pathlib.Path(folder) / (key + _SUFFIX)
+
+
+def _discard(path: pathlib.Path, why: str) -> None:
+    metrics.record_cache_hit("corrupt")
+    warnings.warn(
+        f"torch_neuronx: compiled-graph cache entry {path} {why}; it was removed and the graph is "
+        "recompiled."
+    )
+    path.unlink(missing_ok=True)
+
+
+def _read(path: pathlib.Path) -> bytes | None:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    payload = data[_HEADER:]
+    if data[: len(_MAGIC)] != _MAGIC or hashlib.sha256(payload).digest() != data[len(_MAGIC):_HEADER]:
+        _discard(path, "is corrupted or truncated")
+        return None
+    return payload
+
+
+def _write(path: pathlib.Path, payload: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(_MAGIC + hashlib.sha256(payload).digest() + payload)
+        os.replace(temp, path)
+    except BaseException:
+        pathlib.Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def load(key: str):
+    """The executable stored under key (a jax.stages.Compiled), or None."""
+    path = _path(key)
+    if path is None:
+        return None
+    payload = _read(path)
+    if payload is None:
+        return None
+    from jax.experimental.serialize_executable import deserialize_and_load
+
+    try:
+        serialized, in_tree, out_tree = pickle.loads(payload)
+        executable = deserialize_and_load(serialized, in_tree, out_tree, backend="cpu")
+    except Exception as error:  # written by an incompatible build: same as a bad entry
+        _discard(path, f"could not be loaded ({type(error).__name__}: {error})")
+        return None
+    metrics.record_cache_hit("disk")
+    return executable
+
+
+def store(key: str, executable) -> None:
+    """Writes the executable under key (nothing when the disk cache is off or
+    the executable cannot be serialized)."""
+    path = _path(key)
+    if path is None:
+        return
+    from jax.experimental.serialize_executable import serialize
+
+    try:
+        serialized, in_tree, out_tree = serialize(executable)
+    except (ValueError, NotImplementedError):
+        return
+    with io.BytesIO() as buffer:
+        pickle.dump((serialized, in_tree, out_tree), buffer, protocol=pickle.HIGHEST_PROTOCOL)
+        _write(path, buffer.getvalue())

@@ -3,8 +3,8 @@ XLA executable, run with inputs and outputs exchanged by DLPack.
 
 The graph is traced through the lowering table under jax.jit, so the whole
 graph becomes a single StableHLO module. Executables are cached in memory by
-(graph code, input signature) and on disk by JAX's persistent cache over
-torch_neuronx.compiler.cache.
+(graph identity, input signature) and on disk by torch_neuronx.compiler.cache,
+whose hits skip tracing and lowering.
 """
 
 from __future__ import annotations
@@ -98,9 +98,8 @@ class CompiledGraph:
             (n.meta["val"].dtype if isinstance(n, torch.fx.Node) and isinstance(n.meta.get("val"), torch.Tensor) else None)
             for n in (self.output_nodes if isinstance(self.output_nodes, (list, tuple)) else [self.output_nodes])
         ]
-        self.key = hashlib.sha256(gm.code.encode()).hexdigest()
+        self.key = _graph_identity(gm)
         self._jitted = jax.jit(self._interpret)
-        cache.install()
 
     # -- tracing ---------------------------------------------------------------
     def _interpret(self, seed, *arrays):
@@ -154,13 +153,33 @@ class CompiledGraph:
             metrics.record_cache_hit("memory")
             return executable
         start = time.perf_counter()
-        lowered = self._jitted.lower(seed, *arrays)
-        artifacts.write(self.name, self.gm.code, lowered.as_text())
-        executable = lowered.compile()
+        disk_key = cache.graph_key([self.key.encode(), repr(signature).encode(), bytes([self.emulate_fp64])])
+        if artifacts.directory() is not None:
+            artifacts.write(self.name, self.gm.code, self._jitted.lower(seed, *arrays).as_text())
+        executable = cache.load(disk_key)  # a disk hit skips tracing and lowering
+        if executable is None:
+            executable = self._jitted.lower(seed, *arrays).compile()
+            cache.store(disk_key, executable)
         metrics.record_compile(time.perf_counter() - start, self.name)
         with _EXECUTABLES_LOCK:
             _EXECUTABLES[key] = executable
         return executable
+
+
+def _graph_identity(gm: torch.fx.GraphModule) -> str:
+    """A digest of what the graph computes: its code and the values of the
+    tensor constants it reads (code alone names them, e.g. _tensor_constant0)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    digest = hashlib.sha256(gm.code.encode())
+    with unset_fake_temporarily():  # AOTAutograd calls the compiler under its fake mode
+        for node in gm.graph.nodes:
+            value = getattr(gm, node.target) if node.op == "get_attr" else None
+            if isinstance(value, torch.Tensor):
+                flat = value.detach().cpu().contiguous().reshape(-1)
+                digest.update(f"{node.target}|{value.dtype}|{tuple(value.shape)}".encode())
+                digest.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+    return digest.hexdigest()
 
 
 def _device_of(args) -> torch.device:

@@ -14,7 +14,10 @@ free port) by re-running this file as ``python test_distributed.py worker
   LOCAL_RANK among NEURON_RT_VISIBLE_CORES, DDP and FSDP2 training against a
   single-process reference trained on the full batch (atol 1e-5), a
   distributed checkpoint round trip of the FSDP2 model, tensor parallel
-  (column/row-wise) against the unsharded model, DTensor redistributions.
+  (column/row-wise) against the unsharded model, DTensor redistributions,
+  pipeline parallel (two stages, GPipe) against the unsplit model.
+- compiled: torch.compile(backend="neuron") of DDP and FSDP2 models, and
+  functional collectives inside a fullgraph compiled function.
 - mesh4 (the one 4-process test): subgroups, uneven all_to_all_single, a 2x2
   DeviceMesh with DTensor and HSDP training against the reference.
   It ends with failures (the group is broken afterwards): rank 1 stalls and
@@ -778,6 +781,22 @@ def _scenario_training(rank: int, world: int) -> dict:
     except Exception:  # noqa: BLE001
         out["dtensor_error"] = traceback.format_exc()
 
+    try:  # pipeline parallel: the MLP's two layers as two stages, GPipe over 2 microbatches
+        from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+        layers = _mlp()
+        stage = PipelineStage((layers[:2] if rank == 0 else layers[2:]).to(device), rank, world, device)
+        schedule = ScheduleGPipe(stage, n_microbatches=2, loss_fn=torch.nn.functional.mse_loss)
+        losses: list = []
+        if rank == 0:
+            schedule.step(X[0].to(device))
+        else:
+            schedule.step(target=Y[0].to(device), losses=losses)
+        out["pp_losses"] = [loss.item() for loss in losses]
+        out["pp_grads"] = [p.grad.cpu() for p in stage.submod.parameters()]
+    except Exception:  # noqa: BLE001
+        out["pp_error"] = traceback.format_exc()
+
     dist.barrier()
     _failure_phase(rank, out)  # last: it breaks the group and ends the process
 
@@ -915,6 +934,22 @@ def _scenario_compiled(rank: int, world: int) -> dict:
             out[f"{label}_graphs"] = metrics["forward_graphs"] + metrics["backward_graphs"]
         except Exception:  # noqa: BLE001
             out[f"{label}_error"] = traceback.format_exc()
+
+    try:  # functional collectives inside a fullgraph compiled function
+        import torch.distributed._functional_collectives as funcol
+
+        def reduce_then_gather(x):
+            total = funcol.all_reduce(x * 2, "sum", group=dist.group.WORLD)
+            return funcol.all_gather_tensor(total + 1, 0, group=dist.group.WORLD) * 3
+
+        x = torch.arange(4.0, device=device) + rank
+        torch_neuronx.reset_dynamo_metrics()
+        compiled = torch.compile(reduce_then_gather, backend="neuron", fullgraph=True)
+        out["funcol_compiled"] = compiled(x).cpu()
+        out["funcol_eager"] = reduce_then_gather(x).cpu()
+        out["funcol_compiles"] = torch_neuronx.get_dynamo_metrics()["compiles"]
+    except Exception:  # noqa: BLE001
+        out["funcol_error"] = traceback.format_exc()
     dist.barrier()
     dist.destroy_process_group()
     return out
@@ -1174,6 +1209,41 @@ def test_compiled_data_parallel_training_matches_single_process(compiled, kind):
                                    torch.tensor(reference["losses"][rank]), rtol=0, atol=1e-5)
         for got, want in zip(result[f"{kind}_params"], reference["params"], strict=True):
             torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+def test_functional_collectives_inside_a_fullgraph_compiled_function(compiled):
+    """funcol.all_reduce / all_gather_tensor in torch.compile(fullgraph=True): the
+    graph is split around the collectives (run eagerly by the neuron backend), the
+    pieces between them are compiled."""
+    x = [torch.arange(4.0) + r for r in range(WORLD)]
+    total = sum(v * 2 for v in x)
+    expected = torch.cat([total + 1] * WORLD) * 3
+    for rank, result in enumerate(compiled):
+        assert "funcol_error" not in result, result.get("funcol_error")
+        torch.testing.assert_close(result["funcol_compiled"], expected, rtol=0, atol=0)
+        torch.testing.assert_close(result["funcol_eager"], expected, rtol=0, atol=0)
+        assert result["funcol_compiles"] >= 2  # compiled pieces on both sides of the collectives
+
+
+def test_pipeline_parallel_matches_single_process(training):
+    """torch.distributed.pipelining: two stages (one rank each), GPipe with two
+    microbatches; the last stage's losses and both stages' gradients equal the
+    unsplit model's on the same microbatches."""
+    model = _mlp()
+    X, Y = _train_data()
+    losses = []
+    for xb, yb in zip(X[0].chunk(2), Y[0].chunk(2)):
+        loss = torch.nn.functional.mse_loss(model(xb), yb)
+        (loss / 2).backward()  # the schedule scales each microbatch's loss by 1/n_microbatches
+        losses.append(loss.item())
+    grads = [p.grad for p in model.parameters()]
+    stage_grads = {0: grads[:2], 1: grads[2:]}
+    for rank, result in enumerate(training):
+        assert "pp_error" not in result, result.get("pp_error")
+        if rank == WORLD - 1:
+            assert result["pp_losses"] == pytest.approx(losses, abs=1e-6)
+        for got, want in zip(result["pp_grads"], stage_grads[rank], strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_two_nodes_on_loopback_with_torchrun_rendezvous(tmp_path):

@@ -111,3 +111,26 @@ def test_entry_from_an_incompatible_build_is_discarded(tmp_path, monkeypatch):
         assert cache.load(key) is None
     assert not (tmp_path / (key + ".neff")).exists()
     assert metrics.snapshot()["cache_hits_corrupt"] == 1
+
+
+EFFECTS_SCRIPT = textwrap.dedent(
+    """
+    import torch, torch_neuronx
+    a = torch.eye(4) * 3 + 1
+    fn = lambda m: torch.linalg.inv(m) + torch.linalg.cholesky(m)
+    out = torch.compile(fn, backend="neuron", fullgraph=True)(a.to("neuron"))
+    torch.testing.assert_close(out.cpu(), fn(a), rtol=1e-5, atol=1e-5)
+    print("ok")
+    """
+)
+
+
+def test_graphs_with_effect_tokens_run_in_a_warm_process(cache_dir):
+    """linalg error checks give graphs a None effect-token input; such graphs are
+    compiled in every process (a deserialized jax executable called with None
+    crashed the process in a warm start)."""
+    env = dict(os.environ, **cache_dir)
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-W", "ignore", "-c", EFFECTS_SCRIPT], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]

@@ -153,13 +153,18 @@ class CompiledGraph:
             metrics.record_cache_hit("memory")
             return executable
         start = time.perf_counter()
-        disk_key = cache.graph_key([self.key.encode(), repr(signature).encode(), bytes([self.emulate_fp64])])
+        # Graphs with None inputs (effect tokens of linalg error checks) stay out
+        # of the disk cache: jax's deserialized executables crash when called
+        # with a None argument (jax 0.10.2).
+        disk_key = None if any(a is None for a in arrays) else cache.graph_key(
+            [self.key.encode(), repr(signature).encode(), bytes([self.emulate_fp64])])
         if artifacts.directory() is not None:
             artifacts.write(self.name, self.gm.code, self._jitted.lower(seed, *arrays).as_text())
-        executable = cache.load(disk_key)  # a disk hit skips tracing and lowering
+        executable = cache.load(disk_key) if disk_key else None  # a hit skips tracing and lowering
         if executable is None:
             executable = self._jitted.lower(seed, *arrays).compile()
-            cache.store(disk_key, executable)
+            if disk_key:
+                cache.store(disk_key, executable)
         metrics.record_compile(time.perf_counter() - start, self.name)
         with _EXECUTABLES_LOCK:
             _EXECUTABLES[key] = executable

@@ -23,6 +23,7 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -386,3 +387,54 @@ def test_core_op_is_native(fn):
     expected.float().sum().backward()
     torch.testing.assert_close(out.detach().cpu(), expected.detach())
     torch.testing.assert_close(x.grad.cpu(), cpu_x.grad)
+
+
+def _upsampling_and_padding_with_grads(x3, x4, x5):
+    outs = [F.interpolate(x3, scale_factor=2, mode="linear"),
+            F.interpolate(x5, scale_factor=2, mode="trilinear"),
+            F.interpolate(x3, scale_factor=2, mode="nearest-exact"),
+            F.interpolate(x4, scale_factor=2, mode="nearest-exact"),
+            F.interpolate(x5, scale_factor=2, mode="nearest-exact"),
+            F.interpolate(x5, scale_factor=2, mode="nearest"),
+            F.adaptive_max_pool3d(x5, 2),
+            F.pad(x3, (1, 2), mode="reflect"), F.pad(x4, (1, 2, 1, 1), mode="reflect"),
+            F.pad(x5, (1, 1, 1, 1, 1, 1), mode="reflect"),
+            F.pad(x3, (1, 2), mode="replicate"), F.pad(x4, (1, 2, 1, 1), mode="replicate"),
+            F.pad(x5, (1, 1, 1, 1, 1, 1), mode="replicate"),
+            F.pixel_shuffle(x4, 2), F.pixel_unshuffle(x4, 2)]
+    sum(o.square().sum() for o in outs).backward()
+    return outs + [x3.grad, x4.grad, x5.grad]
+
+
+def test_upsampling_padding_and_foreach_ops_run_natively(quiet):
+    """Lowered ops that joined the native set: upsampling (linear, trilinear,
+    nearest-exact, their backward), adaptive_max_pool3d, the pads' backward,
+    pixel_(un)shuffle, vdot, log_normal_ and the unary/clamp _foreach ops run on
+    the device (no fallback) and match the CPU."""
+    g = torch.Generator().manual_seed(0)
+    shapes = ((2, 4, 6), (2, 4, 6, 6), (1, 2, 4, 4, 4))
+    cpu = [torch.randn(s, generator=g, requires_grad=True) for s in shapes]
+    dev = [c.detach().to(NEURON).requires_grad_() for c in cpu]
+    torch_neuronx.clear_op_tracking()
+    got, want = _upsampling_and_padding_with_grads(*dev), _upsampling_and_padding_with_grads(*cpu)
+    a, b = torch.randn(7, generator=g), torch.randn(7, generator=g)
+    got.append(torch.vdot(a.to(NEURON), b.to(NEURON)))
+    want.append(torch.vdot(a, b))
+    tensors = [torch.rand(5, generator=g) + 0.5 for _ in range(3)]
+    for name in ("acos", "asin", "atan", "ceil", "cos", "cosh", "erf", "erfc", "expm1", "floor",
+                 "frac", "lgamma", "log", "log10", "log1p", "log2", "reciprocal", "round", "rsqrt",
+                 "sigmoid", "sin", "sinh", "tan", "tanh", "trunc"):
+        op = getattr(torch, f"_foreach_{name}")
+        got += op([t.to(NEURON) - 0.5 if name in ("acos", "asin") else t.to(NEURON) for t in tensors])
+        want += op([t - 0.5 if name in ("acos", "asin") else t for t in tensors])
+    for op, arg in ((torch._foreach_clamp_max, 0.7), (torch._foreach_clamp_min, 0.7),
+                    (torch._foreach_minimum, 0.7)):
+        got += op([t.to(NEURON) for t in tensors], arg)
+        want += op(tensors, arg)
+    got += torch._foreach_max([t.to(NEURON) for t in tensors])
+    want += torch._foreach_max(tensors)
+    sample = torch.empty(1000, device=NEURON).log_normal_(0.0, 0.5)
+    assert torch_neuronx.get_fallback_ops() == {}
+    for have, expected in zip(got, want, strict=True):
+        torch.testing.assert_close(have.cpu(), expected.detach(), rtol=1e-5, atol=1e-5)
+    assert (sample.cpu() > 0).all() and abs(sample.cpu().log().mean().item()) < 0.1

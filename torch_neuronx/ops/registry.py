@@ -30,7 +30,7 @@ DATA_MOVEMENT = """
     select_scatter slice_copy slice_scatter split_copy split_with_sizes_copy squeeze_copy
     stack t_copy take transpose_copy tril triu unbind_copy unfold_copy unsqueeze_copy
     view_copy where zero zeros_like ones_like full_like tril_indices triu_indices
-    _unsafe_index _unsafe_index_put col2im im2col
+    _unsafe_index _unsafe_index_put col2im im2col pixel_shuffle pixel_unshuffle
 """.split()
 
 # Arithmetic, reductions, activations, losses, norms, linear algebra, RNG.
@@ -83,6 +83,18 @@ COMPUTE = """
     equal unfold_backward mode _prelu_kernel _prelu_kernel_backward angle norm _pdist_backward
     linalg_lu_solve linalg_lstsq linalg_matrix_exp _fft_r2c _fft_c2c _fft_c2r
     poisson
+    upsample_linear1d upsample_linear1d_backward upsample_trilinear3d upsample_trilinear3d_backward
+    upsample_nearest3d_backward _upsample_nearest_exact1d _upsample_nearest_exact1d_backward
+    _upsample_nearest_exact2d _upsample_nearest_exact2d_backward _upsample_nearest_exact3d
+    _upsample_nearest_exact3d_backward adaptive_max_pool3d adaptive_max_pool3d_backward
+    reflection_pad1d_backward reflection_pad2d_backward reflection_pad3d_backward
+    replication_pad1d_backward replication_pad2d_backward replication_pad3d_backward
+    vdot log_normal _foreach_acos _foreach_asin _foreach_atan _foreach_ceil _foreach_cos
+    _foreach_cosh _foreach_erf _foreach_erfc _foreach_expm1 _foreach_floor _foreach_frac
+    _foreach_lgamma _foreach_log _foreach_log10 _foreach_log1p _foreach_log2 _foreach_reciprocal
+    _foreach_round _foreach_rsqrt _foreach_sigmoid _foreach_sin _foreach_sinh _foreach_tan
+    _foreach_tanh _foreach_trunc _foreach_clamp_max _foreach_clamp_min _foreach_minimum
+    _foreach_max
 """.split()
 
 # Native in eager, never handed to the compiler: Dynamo stops the graph before them

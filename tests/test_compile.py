@@ -321,3 +321,21 @@ def test_graphs_that_differ_only_in_constant_values_do_not_share_executables():
     second = torch.compile(plus(5.0), backend="neuron")(x)
     torch.testing.assert_close(first.cpu(), torch.tensor([1.0, 2.0]))
     torch.testing.assert_close(second.cpu(), torch.tensor([5.0, 10.0]))
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_transformer_encoder_layer_inference_fast_path_compiles(norm_first):
+    """In eval mode under no_grad, nn.TransformerEncoderLayer calls the fused
+    aten._transformer_encoder_layer_fwd (its fast path); compiled, it is lowered
+    as a whole and matches eager, with and without a key padding mask."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True, norm_first=norm_first,
+                                             activation="gelu").to(DEVICE).eval()
+    x = torch.randn(2, 5, 32, device=DEVICE)
+    padding = torch.tensor([[False] * 5, [False, False, False, True, True]], device=DEVICE)
+    compiled = torch.compile(layer, backend="neuron")
+    with torch.no_grad():
+        for kwargs in ({}, {"src_key_padding_mask": padding}):
+            torch.testing.assert_close(compiled(x, **kwargs).cpu(), layer(x, **kwargs).cpu(),
+                                       rtol=1e-5, atol=1e-5)
+    assert get_dynamo_metrics()["inference_graphs"] >= 1

@@ -469,6 +469,31 @@ def _direct(op, *args, **kwargs):
     return Call(op, args, kwargs, op(*args, **kwargs), "direct")
 
 
+def _encoder_layer_cases():
+    """nn.TransformerEncoderLayer's fast path: post/pre-norm, relu/gelu, each mask
+    type (0: (L, S), 1: (B, S) key padding, 2: (B, H, L, S)), boolean and float
+    masks, a fully masked row."""
+    src = _t(2, 5, 8, low=-1, high=1)
+    weights = [_t(24, 8, low=-0.5, high=0.5, seed=1), _t(24, seed=2, low=-0.1, high=0.1),
+               _t(8, 8, low=-0.5, high=0.5, seed=3), _t(8, seed=4, low=-0.1, high=0.1)]
+    norms = [_t(8, seed=5, low=0.5, high=1.5), _t(8, seed=6, low=-0.1, high=0.1),
+             _t(8, seed=7, low=0.5, high=1.5), _t(8, seed=8, low=-0.1, high=0.1)]
+    ffn = [_t(16, 8, low=-0.5, high=0.5, seed=9), _t(16, seed=10, low=-0.1, high=0.1),
+           _t(8, 16, low=-0.5, high=0.5, seed=11), _t(8, seed=12, low=-0.1, high=0.1)]
+    causal = torch.ones(5, 5, dtype=torch.bool).triu(1)
+    padding = torch.tensor([[False] * 5, [False, False, False, True, True]])
+    full = torch.zeros(2, 2, 5, 5, dtype=torch.bool)
+    full[1, 0, 2] = True  # one query sees no key
+    float_padding = torch.zeros(2, 5).masked_fill(padding, float("-inf"))
+
+    def case(use_gelu, norm_first, mask=None, mask_type=None):
+        return _direct(aten._transformer_encoder_layer_fwd.default, src, 8, 2, *weights, use_gelu, norm_first,
+                       1e-5, *norms, *ffn, mask, mask_type)
+
+    return [case(False, False), case(True, True), case(True, False, causal, 0), case(False, True, padding, 1),
+            case(False, False, float_padding, 1), case(True, False, full, 2)]
+
+
 def _direct_cases():
     """Ops OpInfo does not reach (or reaches only in one form), and the semantics the
     compiler depends on: promotion, rounding modes, dtypes of reductions, dims, slicing."""
@@ -747,6 +772,7 @@ def _direct_cases():
                 scale=0.3),
         _direct(aten._scaled_dot_product_flash_attention_for_cpu.default, q, k, v, attn_mask=_t(5, 6)),
         _attention_backward(q, k, v, False, None), _attention_backward(q, k[:, :, :5], v[:, :, :5], True, None),
+        *_encoder_layer_cases(),
         # grid sampling: bilinear / nearest x zeros / border / reflection padding x align_corners
         *[_direct(aten.grid_sampler_2d.default, img, _t(2, 4, 5, 2, low=-1.6, high=1.6), mode, padding, align)
           for mode, padding, align in [(0, 0, False), (0, 1, True), (0, 2, False), (0, 2, True), (1, 0, True),

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from torch_neuronx.lowering import lowering
+from torch_neuronx.lowering.aten import gelu
 from torch_neuronx.lowering.common import acc_dtype, as_tuple, jax_dtype
 
 aten = torch.ops.aten
@@ -822,6 +823,53 @@ def sdpa_flash_cpu_backward(grad_out, q, k, v, out, logsumexp, dropout_p, is_cau
     _, pullback = jax.vjp(lambda a, b, c: _attention(a, b, c, attn_mask, is_causal, scale)[0], q, k, v)
     grads = pullback(_acc(grad_out))
     return tuple(g.astype(t.dtype) for g, t in zip(grads, (q, k, v)))
+
+
+@lowering(aten._transformer_encoder_layer_fwd)
+def transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias,
+                                  use_gelu, norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2,
+                                  norm_bias_2, ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2,
+                                  mask=None, mask_type=None):
+    """nn.TransformerEncoderLayer's inference fast path, as PyTorch's kernel computes it.
+
+    The mask follows ATen's masked softmax: it is made boolean (any nonzero value
+    masks, True masks) and broadcast as (L, S) for mask_type 0, (B, S) key padding
+    for mask_type 1, (B, H, L, S) for mask_type 2; a row with every key masked
+    gives NaN, as the CPU kernel does."""
+    x = _acc(src)
+    batch, length = x.shape[0], x.shape[1]
+    head = embed_dim // num_heads
+
+    def linear(h, weight, bias):
+        return h @ _acc(weight).T + _acc(bias)
+
+    def layer_norm(h, weight, bias):
+        return native_layer_norm(h, [embed_dim], _acc(weight), _acc(bias), eps)[0]
+
+    def attention(h):
+        q, k, v = jnp.split(linear(h, qkv_weight, qkv_bias), 3, axis=-1)
+        q, k, v = (t.reshape(batch, length, num_heads, head).transpose(0, 2, 1, 3) for t in (q, k, v))
+        scores = jnp.einsum("bhle,bhse->bhls", q, k) / math.sqrt(head)
+        if mask is not None:
+            masked = mask if mask.dtype == jnp.bool_ else mask != 0
+            masked = masked[:, None, None, :] if mask_type == 1 else masked
+            scores = jnp.where(masked, -jnp.inf, scores)
+        weights = jax.nn.softmax(scores, axis=-1)  # NaN for a row with every key masked
+        out = jnp.einsum("bhls,bhse->bhle", weights, v).transpose(0, 2, 1, 3).reshape(batch, length, embed_dim)
+        return linear(out, proj_weight, proj_bias)
+
+    def feed_forward(h):
+        hidden = linear(h, ffn_weight_1, ffn_bias_1)
+        hidden = gelu(hidden) if use_gelu else jnp.maximum(hidden, 0)
+        return linear(hidden, ffn_weight_2, ffn_bias_2)
+
+    if norm_first:
+        x = x + attention(layer_norm(x, norm_weight_1, norm_bias_1))
+        x = x + feed_forward(layer_norm(x, norm_weight_2, norm_bias_2))
+    else:
+        x = layer_norm(x + attention(x), norm_weight_1, norm_bias_1)
+        x = layer_norm(x + feed_forward(x), norm_weight_2, norm_bias_2)
+    return x.astype(src.dtype)
 
 
 # ------------------------------------------------------------------ distances

@@ -13,6 +13,7 @@ run the libraries unpatched (to check whether a gap still exists).
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.machinery
 import os
@@ -53,6 +54,16 @@ def mark_patched(fn):
 
 def already_patched(fn) -> bool:
     return getattr(fn, _PATCHED_ATTR, False)
+
+
+def replace_once(owner, name: str, build: Callable[[Callable], Callable]) -> None:
+    """Replaces ``owner.<name>`` with ``build(original)``, which takes on the
+    original's name, docstring and signature (functools.wraps) and is tagged,
+    so that applying the same patch again changes nothing."""
+    original = getattr(owner, name)
+    if already_patched(original):
+        return
+    setattr(owner, name, mark_patched(functools.wraps(original)(build(original))))
 
 
 def neuron_is_the_accelerator() -> bool:

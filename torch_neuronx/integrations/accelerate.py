@@ -16,15 +16,12 @@ accelerator in use.
 
 from __future__ import annotations
 
-import functools
 from types import ModuleType
 
 import torch
 
-from torch_neuronx.integrations import already_patched as _already_patched
-from torch_neuronx.integrations import mark_patched as _mark
 from torch_neuronx.integrations import neuron_is_the_accelerator as _neuron_is_the_accelerator
-from torch_neuronx.integrations import patches
+from torch_neuronx.integrations import patches, replace_once
 
 
 @patches("accelerate.utils.modeling")
@@ -32,28 +29,26 @@ def neuron_max_memory(module: ModuleType) -> None:
     """``get_max_memory()`` with no argument also reports the free memory of every
     NeuronCore, under integer keys like CUDA devices (accelerate turns an integer
     into ``neuron:<i>`` when it dispatches, and ``torch.device(i)`` is neuron)."""
-    original = module.get_max_memory
-    if _already_patched(original):
-        return
+    def build(original):
+        def get_max_memory(max_memory=None):
+            if not _neuron_is_the_accelerator():
+                return original(max_memory)
+            if max_memory is None:
+                neuron = {i: torch.neuron.mem_get_info(i)[0] for i in range(torch.neuron.device_count())}
+                found = original(None)
+            else:
+                # accelerate checks integer keys against the CUDA device count (0 here) and warns
+                # "Device 0 is not available" for every core: check them against neuron instead.
+                neuron = _neuron_budgets(module, {k: v for k, v in max_memory.items() if isinstance(k, int)})
+                found = original({k: v for k, v in max_memory.items() if not isinstance(k, int)})
+            if any(isinstance(key, int) for key in found):
+                return found  # another accelerator was found: leave accelerate's choice alone
+            # Devices first: infer_auto_device_map fills them in key order, CPU last.
+            return {**neuron, **found}
 
-    @functools.wraps(original)
-    def get_max_memory(max_memory=None):
-        if not _neuron_is_the_accelerator():
-            return original(max_memory)
-        if max_memory is None:
-            neuron = {i: torch.neuron.mem_get_info(i)[0] for i in range(torch.neuron.device_count())}
-            found = original(None)
-        else:
-            # accelerate checks integer keys against the CUDA device count (0 here) and warns
-            # "Device 0 is not available" for every core: check them against neuron instead.
-            neuron = _neuron_budgets(module, {k: v for k, v in max_memory.items() if isinstance(k, int)})
-            found = original({k: v for k, v in max_memory.items() if not isinstance(k, int)})
-        if any(isinstance(key, int) for key in found):
-            return found  # another accelerator was found: leave accelerate's choice alone
-        # Devices first: infer_auto_device_map fills them in key order, CPU last.
-        return {**neuron, **found}
+        return get_max_memory
 
-    module.get_max_memory = _mark(get_max_memory)
+    replace_once(module, "get_max_memory", build)
 
 
 def _neuron_budgets(module: ModuleType, budgets: dict) -> dict:
@@ -70,17 +65,15 @@ def _neuron_budgets(module: ModuleType, budgets: dict) -> dict:
 def neuron_grad_scaler(module: ModuleType) -> None:
     """``get_grad_scaler()`` returns a scaler for the neuron device instead of a
     CUDA one (which would silently disable itself)."""
-    original = module.get_grad_scaler
-    if _already_patched(original):
-        return
+    def build(original):
+        def get_grad_scaler(distributed_type=None, **kwargs):
+            if distributed_type != module.DistributedType.FSDP and _neuron_is_the_accelerator():
+                return torch.amp.GradScaler("neuron", **kwargs)
+            return original(distributed_type, **kwargs)
 
-    @functools.wraps(original)
-    def get_grad_scaler(distributed_type=None, **kwargs):
-        if distributed_type != module.DistributedType.FSDP and _neuron_is_the_accelerator():
-            return torch.amp.GradScaler("neuron", **kwargs)
-        return original(distributed_type, **kwargs)
+        return get_grad_scaler
 
-    module.get_grad_scaler = _mark(get_grad_scaler)
+    replace_once(module, "get_grad_scaler", build)
 
 
 # The device types Accelerator.__init__ accepts for fp16, a literal tuple in its code.

@@ -17,26 +17,21 @@ safetensors' ``load_file``, whose reader alone rejects "neuron".
 
 from __future__ import annotations
 
-import functools
 from types import ModuleType
 
-from torch_neuronx.integrations import patches
-from torch_neuronx.integrations import already_patched as _already_patched
-from torch_neuronx.integrations import mark_patched as _mark
 from torch_neuronx.integrations import neuron_is_the_accelerator as _neuron_is_the_accelerator
+from torch_neuronx.integrations import patches, replace_once
 
 
 @patches("peft.utils.other")
 def neuron_infer_device(module: ModuleType) -> None:
-    original = module.infer_device
-    if _already_patched(original):
-        return
+    def build(original):
+        def infer_device() -> str:
+            found = original()
+            if found == "cpu" and _neuron_is_the_accelerator():
+                return "neuron"
+            return found
 
-    @functools.wraps(original)
-    def infer_device() -> str:
-        found = original()
-        if found == "cpu" and _neuron_is_the_accelerator():
-            return "neuron"
-        return found
+        return infer_device
 
-    module.infer_device = _mark(infer_device)
+    replace_once(module, "infer_device", build)

@@ -10,12 +10,11 @@ Modules that import ``load_file`` by name later get the patched function.
 
 from __future__ import annotations
 
-import functools
 from types import ModuleType
 
 import torch
 
-from torch_neuronx.integrations import already_patched, mark_patched, patches
+from torch_neuronx.integrations import patches, replace_once
 
 
 def _is_neuron(device) -> bool:
@@ -29,14 +28,13 @@ def _is_neuron(device) -> bool:
 
 @patches("safetensors.torch")
 def neuron_load_file(module: ModuleType) -> None:
-    original = module.load_file
-    if already_patched(original):
-        return
+    def build(original):
+        def load_file(filename, device="cpu", **kwargs):
+            if not _is_neuron(device):
+                return original(filename, device=device, **kwargs)
+            loaded = original(filename, device="cpu", **kwargs)
+            return {name: tensor.to(device) for name, tensor in loaded.items()}
 
-    @functools.wraps(original)
-    def load_file(filename, device="cpu", **kwargs):
-        if not _is_neuron(device):
-            return original(filename, device=device, **kwargs)
-        return {name: tensor.to(device) for name, tensor in original(filename, device="cpu", **kwargs).items()}
+        return load_file
 
-    module.load_file = mark_patched(load_file)
+    replace_once(module, "load_file", build)

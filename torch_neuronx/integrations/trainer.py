@@ -17,13 +17,12 @@ key. Without a neuron device, or when transformers itself already saved a
 
 from __future__ import annotations
 
-import functools
 import os
 from types import ModuleType
 
 import torch
 
-from torch_neuronx.integrations import already_patched, mark_patched, patches
+from torch_neuronx.integrations import patches, replace_once
 
 _KEY = "neuron"
 
@@ -54,37 +53,34 @@ def _read_states(module: ModuleType, path: str) -> dict:
 def neuron_rng_state_in_checkpoints(module: ModuleType) -> None:
     """Saves and restores the neuron generator state with the other RNG states of a
     Trainer checkpoint, so that resuming reproduces an uninterrupted run."""
-    trainer_cls = module.Trainer
-    save, load = trainer_cls._save_rng_state, trainer_cls._load_rng_state
-    if already_patched(save):
-        return
+    def build_save(save):
+        def _save_rng_state(self, output_dir: str) -> None:
+            save(self, output_dir)
+            if not _neuron_available():
+                return
+            path = _rng_file(self, output_dir)
+            states = _read_states(module, path)
+            if _KEY in states:
+                return  # transformers saved it itself
+            distributed = _is_distributed(module, self)
+            states[_KEY] = torch.neuron.get_rng_state_all() if distributed else torch.neuron.get_rng_state()
+            torch.save(states, path)
 
-    @functools.wraps(save)
-    def _save_rng_state(self, output_dir: str) -> None:
-        save(self, output_dir)
-        if not _neuron_available():
-            return
-        path = _rng_file(self, output_dir)
-        states = _read_states(module, path)
-        if _KEY in states:
-            return  # transformers saved it itself
-        distributed = _is_distributed(module, self)
-        states[_KEY] = torch.neuron.get_rng_state_all() if distributed else torch.neuron.get_rng_state()
-        torch.save(states, path)
+        return _save_rng_state
 
-    @functools.wraps(load)
-    def _load_rng_state(self, checkpoint: str | None) -> None:
-        load(self, checkpoint)
-        if checkpoint is None or not _neuron_available():
-            return
-        path = _rng_file(self, checkpoint)
-        if not os.path.isfile(path):
-            return  # the original already logged that reproducibility is not guaranteed
-        states = _read_states(module, path)
-        if _KEY in states:
-            module.set_rng_state_for_device("NEURON", torch.neuron, states, _is_distributed(module, self))
+    def build_load(load):
+        def _load_rng_state(self, checkpoint: str | None) -> None:
+            load(self, checkpoint)
+            if checkpoint is None or not _neuron_available():
+                return
+            path = _rng_file(self, checkpoint)
+            if not os.path.isfile(path):
+                return  # the original already logged that reproducibility is not guaranteed
+            states = _read_states(module, path)
+            if _KEY in states:
+                module.set_rng_state_for_device("NEURON", torch.neuron, states, _is_distributed(module, self))
 
-    mark_patched(_save_rng_state)
-    mark_patched(_load_rng_state)
-    trainer_cls._save_rng_state = _save_rng_state
-    trainer_cls._load_rng_state = _load_rng_state
+        return _load_rng_state
+
+    replace_once(module.Trainer, "_save_rng_state", build_save)
+    replace_once(module.Trainer, "_load_rng_state", build_load)

@@ -20,34 +20,28 @@ inputs on the CPU. The patch makes those integers neuron core indices.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from types import ModuleType
 
 import torch
 
-from torch_neuronx.integrations import patches
-from torch_neuronx.integrations import already_patched as _already_patched
-from torch_neuronx.integrations import mark_patched as _mark
 from torch_neuronx.integrations import neuron_is_the_accelerator as _neuron_is_the_accelerator
+from torch_neuronx.integrations import patches, replace_once
 
 
 @patches("transformers.modeling_utils")
 def neuron_compile_config(module: ModuleType) -> None:
-    model_class = module.PreTrainedModel
-    original = model_class.get_compiled_call
-    if _already_patched(original):
-        return
+    def build(original):
+        def get_compiled_call(self, compile_config):
+            if compile_config is not None and compile_config.backend == "inductor" \
+                    and self.device.type == "neuron":
+                # Inductor options mean nothing to the neuron backend, hence dropped.
+                compile_config = dataclasses.replace(
+                    compile_config, backend="neuron", mode="default", dynamic=False, options=None)
+            return original(self, compile_config)
 
-    @functools.wraps(original)
-    def get_compiled_call(self, compile_config):
-        if compile_config is not None and compile_config.backend == "inductor" \
-                and self.device.type == "neuron":
-            # Inductor options mean nothing to the neuron backend, hence dropped.
-            compile_config = dataclasses.replace(
-                compile_config, backend="neuron", mode="default", dynamic=False, options=None)
-        return original(self, compile_config)
+        return get_compiled_call
 
-    model_class.get_compiled_call = _mark(get_compiled_call)
+    replace_once(module.PreTrainedModel, "get_compiled_call", build)
 
 
 # Position of ``device`` among Pipeline.__init__'s arguments after ``model``.
@@ -56,25 +50,22 @@ _PIPELINE_DEVICE_POSITION = 6
 
 @patches("transformers.pipelines.base")
 def neuron_pipeline_device(module: ModuleType) -> None:
-    pipeline_class = module.Pipeline
-    original = pipeline_class.__init__
-    if _already_patched(original):
-        return
+    def build(original):
+        def __init__(self, model, *args, **kwargs):
+            neuron = _neuron_is_the_accelerator() and len(args) <= _PIPELINE_DEVICE_POSITION
+            device_map = getattr(model, "hf_device_map", None)
+            if neuron and device_map is None:
+                kwargs["device"] = _as_neuron_core(kwargs.get("device"), model)
+            original(self, model, *args, **kwargs)
+            if neuron and device_map is not None and self.device.type == "cpu":
+                # Placed by accelerate: the pipeline feeds its inputs to the first placed module's core.
+                first = next(iter(device_map.values()))
+                if isinstance(first, int):
+                    self.device = torch.device("neuron", first)
 
-    @functools.wraps(original)
-    def __init__(self, model, *args, **kwargs):
-        neuron = _neuron_is_the_accelerator() and len(args) <= _PIPELINE_DEVICE_POSITION
-        device_map = getattr(model, "hf_device_map", None)
-        if neuron and device_map is None:
-            kwargs["device"] = _as_neuron_core(kwargs.get("device"), model)
-        original(self, model, *args, **kwargs)
-        if neuron and device_map is not None and self.device.type == "cpu":
-            # Placed by accelerate: the pipeline feeds its inputs to the first placed module's core.
-            first = next(iter(device_map.values()))
-            if isinstance(first, int):
-                self.device = torch.device("neuron", first)
+        return __init__
 
-    pipeline_class.__init__ = _mark(__init__)
+    replace_once(module.Pipeline, "__init__", build)
 
 
 def _as_neuron_core(device, model):

@@ -20,10 +20,9 @@ after this patch has run (it runs as soon as that module finishes executing).
 
 from __future__ import annotations
 
-import functools
 from types import ModuleType
 
-from torch_neuronx.integrations import already_patched, mark_patched, patches
+from torch_neuronx.integrations import patches, replace_once
 
 
 
@@ -31,15 +30,12 @@ from torch_neuronx.integrations import already_patched, mark_patched, patches
 def neuron_multi_process_model_loading(module: ModuleType) -> None:
     """``create_model_from_path`` loads with ``device_map=None`` in MULTI_NEURON runs,
     as TRL does for MULTI_GPU."""
-    original = module.create_model_from_path
-    if already_patched(original):
-        return
+    def build(original):
+        def create_model_from_path(model_id, architecture=None, **kwargs):
+            if module.PartialState().distributed_type == "MULTI_NEURON":
+                kwargs["device_map"] = None
+            return original(model_id, architecture, **kwargs)
 
-    @functools.wraps(original)
-    def create_model_from_path(model_id, architecture=None, **kwargs):
-        if module.PartialState().distributed_type == "MULTI_NEURON":
-            kwargs["device_map"] = None
-        return original(model_id, architecture, **kwargs)
+        return create_model_from_path
 
-    mark_patched(create_model_from_path)
-    module.create_model_from_path = create_model_from_path
+    replace_once(module, "create_model_from_path", build)

@@ -83,6 +83,27 @@ def test_recompiles_per_new_shape_and_caches_seen_shapes():
         assert "size" in metrics["recompile_reasons"][-1]  # the guard on the batch size failed
 
 
+def test_size_history_from_another_backend_keeps_neuron_traces_static():
+    """Dynamo remembers per code object which sizes varied. A frame compiled
+    before with another backend (here "eager", with automatic dynamic shapes on,
+    as a `dynamic=False` call's config patch leaves it on exit) must not make the
+    neuron trace of that frame symbolic: it recompiles with static sizes."""
+
+    def scaled_rows(x):
+        return (x * 2).sum(0)
+
+    with torch._dynamo.config.patch(automatic_dynamic_shapes=True):
+        on_cpu = torch.compile(scaled_rows, backend="eager")
+        on_cpu(torch.randn(3, 4))
+        on_cpu(torch.randn(5, 4))  # size history: dim 0 varies
+        reset_dynamo_metrics()
+        compiled = torch.compile(scaled_rows, backend="neuron")
+        for rows in (6, 7):
+            x = torch.randn(rows, 4)
+            torch.testing.assert_close(compiled(x.to(DEVICE)).cpu(), scaled_rows(x))
+    assert get_dynamo_metrics()["compiles"] == 2  # one static executable per shape
+
+
 def test_dynamic_true_is_rejected_with_a_clear_error():
     model = torch.compile(mlp().to(DEVICE), backend="neuron", dynamic=True)
     with pytest.raises(Exception, match="dynamic"):

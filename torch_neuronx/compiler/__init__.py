@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import warnings
 
 import torch
@@ -84,40 +85,62 @@ def decomposition_table() -> dict:
     return dict(core_aten_decompositions().items())
 
 
-def _watch_recompiles() -> None:
-    """Records Dynamo's recompile reasons (guard failures) for frames compiled by
-    this backend, for get_dynamo_metrics()["recompile_reasons"]. Dynamo computes
-    the reasons in convert_frame before recompiling; this wraps that call."""
-    from torch._dynamo import convert_frame
+def _is_neuron(compiler_fn) -> bool:
+    """Whether a backend Dynamo holds (wrapped by torch.compile and Dynamo's
+    debug wrapper) is this one."""
+    from torch._dynamo.eval_frame import innermost_backend
 
-    original = convert_frame.get_and_maybe_log_recompilation_reasons
-    if getattr(original, "_neuron_watch", False):
+    fn = innermost_backend(compiler_fn)
+    return getattr(fn, "compiler_fn", fn) is neuron_backend
+
+
+def _install_dynamo_hooks() -> None:
+    """Wraps two Dynamo internals, once per process:
+
+    - frame compilation (convert_frame._compile): frames compiled for this
+      backend are traced with automatic dynamic shapes off, so a new shape
+      recompiles with static sizes. This is per frame, not a process-wide flag:
+      another backend's compile (or a `dynamic=False` call, whose config patch
+      restores the old value on exit) has left size history for the same code
+      object, which would otherwise make the first neuron trace symbolic.
+    - the recompile-reason computation, to record the reasons (guard failures)
+      for get_dynamo_metrics()["recompile_reasons"]."""
+    from torch._dynamo import config, convert_frame
+
+    compile_frame = convert_frame._compile
+    if getattr(compile_frame, "_neuron_hook", False):
         return
 
+    def compile_static(*args, **kwargs):
+        backend = kwargs["compiler_fn"] if "compiler_fn" in kwargs else args[5]
+        if config.automatic_dynamic_shapes and _is_neuron(backend):
+            with config.patch(automatic_dynamic_shapes=False):
+                return compile_frame(*args, **kwargs)
+        return compile_frame(*args, **kwargs)
+
+    reasons_of = convert_frame.get_and_maybe_log_recompilation_reasons
+
     def reasons_and_record(cache_entries, frame, backend, *args, **kwargs):
-        reasons = original(cache_entries, frame, backend, *args, **kwargs)
-        if getattr(backend, "compiler_fn", backend) is neuron_backend:  # torch.compile wraps backends
+        reasons = reasons_of(cache_entries, frame, backend, *args, **kwargs)
+        if _is_neuron(backend):
             code = frame.f_code
             first = reasons[0].splitlines()[0] if reasons else "unknown guard failure"
             metrics.record_recompile(f"{code.co_name} ({code.co_filename}:{code.co_firstlineno}): {first}")
         return reasons
 
-    reasons_and_record._neuron_watch = True
+    compile_static._neuron_hook = True
+    convert_frame._compile = compile_static
     convert_frame.get_and_maybe_log_recompilation_reasons = reasons_and_record
 
 
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None, **kwargs):
     """The Dynamo backend registered as "neuron"."""
-    _watch_recompiles()
+    _install_dynamo_hooks()
     if mode not in (None, "default") and mode not in _warned_modes:
         _warned_modes.add(mode)
         warnings.warn(
             f"torch.compile(mode={mode!r}) is ignored on neuron: only mode='default' exists."
         )
-    # Neuron compiles one executable per shape: a new shape must recompile with
-    # static sizes, not turn the graph dynamic (Dynamo's automatic dynamic
-    # shapes). This is process-wide, like TorchNeuron's own setting.
-    torch._dynamo.config.automatic_dynamic_shapes = False
     _check_inputs(example_inputs)
     from torch._dynamo.backends.common import aot_autograd
 
@@ -141,3 +164,11 @@ def get_dynamo_metrics() -> dict:
 
 def reset_dynamo_metrics() -> None:
     metrics.reset()
+
+
+# torch.compile looks the backend up (importing this module) before Dynamo
+# traces anything; installing the hooks now covers the first frame too. When
+# Dynamo is not loaded yet, no frame has size history and the backend's first
+# call installs them.
+if "torch._dynamo" in sys.modules:
+    _install_dynamo_hooks()

@@ -902,9 +902,24 @@ class _UserMLP(torch.nn.Module):
         return self.net(x)
 
 
+class _UserLayer(torch.nn.Module):
+    """One layer of _mlp() in a user-defined module, the unit that per-layer
+    FSDP2 shards and compiles (as a transformer block would be). Dynamo does
+    not compile a sharded bare nn.Linear (a torch-internal frame) with any
+    backend, so per-layer compile needs user modules like this one."""
+
+    def __init__(self, inner: torch.nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x)
+
+
 def _scenario_compiled(rank: int, world: int) -> dict:
-    """torch.compile(backend="neuron") of DDP(model) and of an FSDP2 (root-sharded)
-    model, trained like _scenario_training."""
+    """torch.compile(backend="neuron") of DDP(model), of an FSDP2 (root-sharded)
+    model, and of an FSDP2 model sharded and compiled per layer, trained like
+    _scenario_training."""
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -918,13 +933,21 @@ def _scenario_compiled(rank: int, world: int) -> dict:
     def train(model, parameters, label):
         out[f"{label}_losses"] = _train_steps(model, parameters, rank, world, device)
 
-    for label in ("ddp", "fsdp"):
+    for label in ("ddp", "fsdp", "fsdp_layers"):
         torch_neuronx.reset_dynamo_metrics()
         try:
             if label == "ddp":
                 wrapped = DDP(_UserMLP().to(device), device_ids=[device.index])
                 train(torch.compile(wrapped, backend="neuron"), wrapped.parameters(), label)
                 out["ddp_params"] = [p.detach().cpu() for p in wrapped.module.parameters()]
+            elif label == "fsdp_layers":
+                model = torch.nn.Sequential(*(_UserLayer(layer) for layer in _mlp())).to(device)
+                for layer in model:
+                    fully_shard(layer)
+                    layer.compile(backend="neuron")
+                fully_shard(model)
+                train(model, model.parameters(), label)
+                out[f"{label}_params"] = [p.full_tensor().detach().cpu() for p in model.parameters()]
             else:
                 model = _UserMLP().to(device)
                 fully_shard(model)
@@ -1196,15 +1219,18 @@ def test_ddp_example_under_torchrun(tmp_path):
     assert last < 0.5 * first, out
 
 
-@pytest.mark.parametrize("kind", ["ddp", "fsdp"])
+@pytest.mark.parametrize("kind", ["ddp", "fsdp", "fsdp_layers"])
 def test_compiled_data_parallel_training_matches_single_process(compiled, kind):
-    """torch.compile(backend="neuron") of a DDP / FSDP2 model (forward and backward graphs
-    compiled, collectives run eagerly from DDP's and FSDP2's hooks): training still
-    matches the single-process reference."""
+    """torch.compile(backend="neuron") of a DDP / FSDP2 model, and FSDP2 with each
+    layer sharded and compiled (forward and backward graphs compiled, collectives
+    run eagerly from DDP's and FSDP2's hooks): training still matches the
+    single-process reference."""
     reference = _reference()
     for rank, result in enumerate(compiled):
         assert f"{kind}_error" not in result, result.get(f"{kind}_error")
-        assert result[f"{kind}_graphs"] > 0  # the neuron backend really compiled graphs
+        # The neuron backend really compiled graphs: per layer, each of the three
+        # layers has a forward and a backward graph.
+        assert result[f"{kind}_graphs"] >= (6 if kind == "fsdp_layers" else 1), result[f"{kind}_graphs"]
         torch.testing.assert_close(torch.tensor(result[f"{kind}_losses"]),
                                    torch.tensor(reference["losses"][rank]), rtol=0, atol=1e-5)
         for got, want in zip(result[f"{kind}_params"], reference["params"], strict=True):

@@ -772,6 +772,11 @@ def _direct_cases():
                 scale=0.3),
         _direct(aten._scaled_dot_product_flash_attention_for_cpu.default, q, k, v, attn_mask=_t(5, 6)),
         _attention_backward(q, k, v, False, None), _attention_backward(q, k[:, :, :5], v[:, :, :5], True, None),
+        # grouped-query attention (enable_gqa=True): 4 query heads share 2 key/value heads
+        _direct(aten._scaled_dot_product_flash_attention_for_cpu.default, q.repeat(1, 2, 1, 1) * 0.5, k, v, 0.0,
+                True),
+        _attention_backward(q.repeat(1, 2, 1, 1) * 0.5, k, v, False, None),
+        _attention_backward(q.repeat(1, 2, 1, 1) * 0.5, k[:, :, :5], v[:, :, :5], True, None),
         *_encoder_layer_cases(),
         # grid sampling: bilinear / nearest x zeros / border / reflection padding x align_corners
         *[_direct(aten.grid_sampler_2d.default, img, _t(2, 4, 5, 2, low=-1.6, high=1.6), mode, padding, align)
@@ -1190,7 +1195,23 @@ def _hf_llama():
     return HFLlamaLogits(), (torch.randint(0, 64, (2, 9)),)
 
 
-MODELS = {"cnn": _cnn, "transformer_encoder": _encoder, "llama_block": _llama, "hf_llama": _hf_llama}
+class HFLlamaLoss(HFLlamaLogits):
+    """The same model trained the way HF scripts do: labels in, its own loss out,
+    no attention mask. transformers then calls SDPA with enable_gqa=True (4 query
+    heads over 2 key/value heads), which reaches the attention lowering as
+    grouped-query attention."""
+
+    def forward(self, ids):
+        return self.model(input_ids=ids, labels=ids).loss
+
+
+def _hf_llama_loss():
+    pytest.importorskip("transformers")
+    return HFLlamaLoss(), (torch.randint(0, 64, (2, 9)),)
+
+
+MODELS = {"cnn": _cnn, "transformer_encoder": _encoder, "llama_block": _llama, "hf_llama": _hf_llama,
+          "hf_llama_gqa_loss": _hf_llama_loss}
 
 
 def _forward_backward(model, module, inputs, autocast):

@@ -784,8 +784,16 @@ def binary_cross_entropy_backward(grad, x, target, weight=None, reduction=1):
 
 # ------------------------------------------------------------------ attention
 def _attention(q, k, v, attn_mask, is_causal, scale):
-    """Scaled dot-product attention in float32: (output, logsumexp over keys)."""
+    """Scaled dot-product attention in float32: (output, logsumexp over keys).
+
+    Grouped-query attention (fewer key/value heads than query heads, what
+    SDPA's enable_gqa=True hands the CPU kernel) shares each key/value head
+    among consecutive query heads, as the kernel does; under jax.vjp the
+    gradients of the shared heads are summed back into them."""
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    if q.ndim >= 3 and k.shape[-3] != q.shape[-3]:
+        groups = q.shape[-3] // k.shape[-3]
+        k, v = jnp.repeat(k, groups, axis=-3), jnp.repeat(v, groups, axis=-3)
     scores = jnp.einsum("...le,...se->...ls", _acc(q), _acc(k)) * scale
     length, source = scores.shape[-2:]
     if is_causal:

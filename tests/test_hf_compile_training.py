@@ -1,0 +1,83 @@
+"""torch.compile(backend="neuron") of Hugging Face causal LMs in training mode:
+labels in, the model's own loss out, backward through the compiled graphs.
+
+The architecture sweep (benchmarks/arch_sweep.py) checks compiled inference
+(logits) across every architecture; this checks the training step, which
+takes other paths (the loss, the backward graphs, and SDPA with
+enable_gqa=True, which transformers uses when there is no attention mask), on
+the architectures people fine-tune most. Tiny configs come from the sweep's
+tiny_config; dropout is set to 0 so that both sides compute the same function.
+Reference: the same model in eager mode on the neuron device (itself checked
+against CPU elsewhere). Tolerances: fp32 1e-4 on the loss and every gradient,
+bf16 autocast 3e-2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+pytest.importorskip("transformers")
+
+import torch_neuronx  # noqa: E402,F401
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "arch_sweep.py"
+ARCHS = ["llama", "mistral", "qwen2", "gemma2", "gpt2", "phi3", "mixtral", "opt"]
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    spec = importlib.util.spec_from_file_location("arch_sweep", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _tiny_model(sweep, arch: str):
+    config = sweep.tiny_config(arch)
+    for key, value in list(vars(config).items()):
+        if ("dropout" in key or "layerdrop" in key or key.endswith("_pdrop")) and isinstance(value, float):
+            setattr(config, key, 0.0)
+    torch.manual_seed(0)
+    model = sweep._build(arch, config).float().train()
+    sweep._redraw_constant_matrices(model)  # MoE routers: no ties between experts
+    inputs = sweep._inputs(config, "neuron")
+    inputs["labels"] = inputs["input_ids"]
+    return model.to("neuron"), inputs
+
+
+def _loss_and_grads(call, module, inputs, autocast: bool):
+    context = torch.autocast("neuron", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
+    with context:
+        loss = call(**inputs).loss
+    loss.backward()
+    return loss.detach(), {name: p.grad for name, p in module.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("arch,autocast", [(a, False) for a in ARCHS] + [("llama", True)],
+                         ids=[a for a in ARCHS] + ["llama-bf16_autocast"])
+def test_compiled_training_step_matches_eager(sweep, arch, autocast):
+    eager, inputs = _tiny_model(sweep, arch)
+    compiled_model = copy.deepcopy(eager)
+    want_loss, want_grads = _loss_and_grads(eager, eager, inputs, autocast)
+
+    torch._dynamo.reset()
+    torch_neuronx.reset_dynamo_metrics()
+    compiled = torch.compile(compiled_model, backend="neuron")
+    got_loss, got_grads = _loss_and_grads(compiled, compiled_model, inputs, autocast)
+    metrics = torch_neuronx.get_dynamo_metrics()
+    assert metrics["forward_graphs"] >= 1 and metrics["backward_graphs"] >= 1, metrics
+
+    tolerance = 3e-2 if autocast else 1e-4
+    assert set(got_grads) == set(want_grads)
+    errors = {"loss": (got_loss - want_loss).abs().item()}
+    errors.update({name: (got_grads[name] - want_grads[name]).abs().max().item() for name in want_grads})
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= tolerance, f"{arch}: {worst} differs by {errors[worst]:.3g} (> {tolerance})"

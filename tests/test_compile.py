@@ -68,6 +68,37 @@ def test_training_steps_match_eager():
         torch.testing.assert_close(p_compiled, p_eager, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("make_optimizer", [
+    lambda params: torch.optim.AdamW(params, lr=1e-2),
+    lambda params: torch.optim.SGD(params, lr=1e-2, momentum=0.9),
+], ids=["adamw", "sgd_momentum"])
+def test_compiled_optimizer_step_matches_eager(make_optimizer):
+    """`torch.compile(opt.step)`, as in PyTorch's compiled-optimizer recipe: the
+    update of parameters and optimizer state (exp_avg, momentum buffers) runs in
+    a compiled graph and is written back to those tensors in place."""
+    eager = mlp().to(DEVICE)
+    compiled_model = copy.deepcopy(eager)
+    opt_e, opt_c = make_optimizer(eager.parameters()), make_optimizer(compiled_model.parameters())
+
+    @torch.compile(backend="neuron")
+    def compiled_step():
+        opt_c.step()
+
+    reset_dynamo_metrics()
+    x, y = torch.randn(8, 16, device=DEVICE), torch.randn(8, 4, device=DEVICE)
+    for _ in range(4):
+        for model, opt, step in ((eager, opt_e, opt_e.step), (compiled_model, opt_c, compiled_step)):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            step()
+    assert get_dynamo_metrics()["compiles"] >= 1  # the update ran in a compiled graph
+    for p_eager, p_compiled in zip(eager.parameters(), compiled_model.parameters()):
+        torch.testing.assert_close(p_compiled, p_eager, rtol=1e-5, atol=1e-5)
+    for state_e, state_c in zip(opt_e.state.values(), opt_c.state.values()):
+        for key in state_e:
+            torch.testing.assert_close(state_c[key], state_e[key], rtol=1e-5, atol=1e-5)
+
+
 def test_recompiles_per_new_shape_and_caches_seen_shapes():
     model = torch.compile(mlp().to(DEVICE).eval(), backend="neuron")
     with torch.no_grad():

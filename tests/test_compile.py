@@ -391,3 +391,27 @@ def test_transformer_encoder_layer_inference_fast_path_compiles(norm_first):
             torch.testing.assert_close(compiled(x, **kwargs).cpu(), layer(x, **kwargs).cpu(),
                                        rtol=1e-5, atol=1e-5)
     assert get_dynamo_metrics()["inference_graphs"] >= 1
+
+
+def test_python_kernels_run_eagerly_untraced_inside_compiled_regions():
+    """A native op implemented in Python (integer histc, as MoE routers call it)
+    that runs eagerly inside a torch.compile region (here a frame Dynamo skips,
+    as when it falls back on a frame) is not traced by Dynamo: no graph is
+    compiled from the kernel's own code, and the result is the CPU one."""
+    compiled_graphs = []
+
+    def counting(gm, example_inputs):
+        compiled_graphs.append(gm.code)
+        return gm.forward
+
+    @torch.compiler.disable(recursive=False)
+    def eager_part(x):
+        return torch.histc(x, bins=4, min=0, max=3)
+
+    def f(x):
+        return eager_part(x)
+
+    x = torch.tensor([0, 1, 1, 3, 2, 1], dtype=torch.int32)
+    out = torch.compile(f, backend=counting)(x.to(DEVICE))
+    torch.testing.assert_close(out.cpu(), torch.tensor([1, 3, 1, 1], dtype=torch.int32))
+    assert compiled_graphs == []

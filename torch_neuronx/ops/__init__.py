@@ -86,8 +86,20 @@ def _register_python_kernels(kernels: dict) -> None:
     """Native ops implemented in Python (ops/rnn.py, ops/histogram.py) for the neuron key."""
     library = torch.library.Library("aten", "IMPL")
     for name, kernel in kernels.items():
+        _hide_from_dynamo(kernel)
         library.impl(name, kernel, "PrivateUse1")
     _python_kernels.append(library)
+
+
+def _hide_from_dynamo(kernel) -> None:
+    """A kernel is the op's implementation, not user code: when it runs eagerly
+    inside a torch.compile region (a frame Dynamo fell back on), Dynamo must
+    neither trace it nor anything it calls, or it compiles pieces of the kernel
+    and breaks their graphs on the device's host-memory calls. Marks the code
+    object the way torch.compiler.disable does, without importing Dynamo."""
+    from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
+
+    set_code_exec_strategy(kernel.__code__, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP))
 
 
 def register() -> None:

@@ -29,7 +29,7 @@ pytest.importorskip("transformers")
 import torch_neuronx  # noqa: E402,F401
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "arch_sweep.py"
-ARCHS = ["llama", "mistral", "qwen2", "gemma2", "gpt2", "phi3", "mixtral", "opt"]
+ARCHS = ["llama", "mistral", "qwen2", "gemma2", "gpt2", "phi3", "mixtral", "opt", "llama4_text"]
 
 
 @pytest.fixture(scope="module")

@@ -865,6 +865,13 @@ def _misc_cases():
         _direct(aten._weight_norm_interface_backward.default, _t(3, 4, seed=2), x, _t(1, 4),
                 x.norm(dim=0, keepdim=True), 1),
         _direct(aten.conj_physical.default, torch.complex(x, y)), _direct(aten.conj_physical.default, x),
+        # conjugate / negative views (backward of complex rotary embeddings) and their materialization
+        _direct(aten._conj.default, torch.complex(x, y)),
+        _direct(aten._conj_copy.default, torch.complex(x, y)), _direct(aten._conj_physical.default, torch.complex(x, y)),
+        _direct(aten._neg_view.default, x), _direct(aten._neg_view_copy.default, torch.complex(x, y)),
+        # (inputs without the view bits: the harness reads inputs through numpy; a
+        # functional graph holds values, for which both are the identity)
+        _direct(aten.resolve_conj.default, torch.complex(x, y)), _direct(aten.resolve_neg.default, x),
         _direct(aten.select_copy.int, x, 1, -1), _direct(aten.slice_copy.Tensor, x, 1, 1, 3),
         _direct(aten.split_copy.Tensor, x, 3, 1), _direct(aten.unbind_copy.int, x, 1),
         _direct(aten.narrow_copy.default, x, 1, -3, 2), _direct(aten.permute_copy.default, x, [1, 0]),

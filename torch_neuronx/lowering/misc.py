@@ -156,9 +156,23 @@ def polar(magnitude, phase):
     return jax.lax.complex(magnitude * jnp.cos(phase), magnitude * jnp.sin(phase))
 
 
-@lowering(aten.conj_physical)
+@lowering(aten.conj_physical, aten._conj, aten._conj_copy, aten._conj_physical)
 def conj_physical(x):
+    """The conjugate. `_conj` (the conjugate view, in the backward of complex
+    products such as complex rotary embeddings) is the same value in a
+    functional graph."""
     return jnp.conj(x) if jnp.iscomplexobj(x) else x
+
+
+@lowering(aten._neg_view, aten._neg_view_copy)
+def neg_view(x):
+    return -x
+
+
+@lowering(aten.resolve_conj, aten.resolve_neg)
+def resolve(x):
+    """Materializing a conjugate or negative view keeps its value."""
+    return x
 
 
 def _shrink_backward(grad, x, lambd):

@@ -45,7 +45,7 @@ def sweep():
     return _load_sweep()
 
 
-def _tiny_model(sweep, arch: str):
+def _tiny_model(sweep, arch: str, checkpointing: bool = False):
     config = sweep.tiny_config(arch)
     for key, value in list(vars(config).items()):
         if ("dropout" in key or "layerdrop" in key or key.endswith("_pdrop")) and isinstance(value, float):
@@ -53,6 +53,8 @@ def _tiny_model(sweep, arch: str):
     torch.manual_seed(0)
     model = sweep._build(arch, config).float().train()
     sweep._redraw_constant_matrices(model)  # MoE routers: no ties between experts
+    if checkpointing:  # TRL's default; activations are recomputed in the backward
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     inputs = sweep._inputs(config, "neuron")
     inputs["labels"] = inputs["input_ids"]
     return model.to("neuron"), inputs
@@ -66,10 +68,10 @@ def _loss_and_grads(call, module, inputs, autocast: bool):
     return loss.detach(), {name: p.grad for name, p in module.named_parameters() if p.grad is not None}
 
 
-def compiled_vs_eager(sweep, arch: str, autocast: bool) -> tuple[dict, dict]:
+def compiled_vs_eager(sweep, arch: str, autocast: bool, checkpointing: bool = False) -> tuple[dict, dict]:
     """One training step of the tiny model, compiled and eager: (largest
     difference of the loss and of each gradient, by name; dynamo metrics)."""
-    eager, inputs = _tiny_model(sweep, arch)
+    eager, inputs = _tiny_model(sweep, arch, checkpointing)
     compiled_model = copy.deepcopy(eager)
     want_loss, want_grads = _loss_and_grads(eager, eager, inputs, autocast)
 
@@ -91,6 +93,15 @@ def test_compiled_training_step_matches_eager(sweep, arch, autocast):
     tolerance = 3e-2 if autocast else 1e-4
     worst = max(errors, key=errors.get)
     assert errors[worst] <= tolerance, f"{arch}: {worst} differs by {errors[worst]:.3g} (> {tolerance})"
+
+
+def test_compiled_training_step_with_gradient_checkpointing_matches_eager(sweep):
+    """gradient_checkpointing_enable() (non-reentrant, as TRL turns it on): the
+    checkpointed layers are traced into the same forward and backward graphs."""
+    errors, metrics = compiled_vs_eager(sweep, "llama", autocast=False, checkpointing=True)
+    assert metrics["forward_graphs"] == 1 and metrics["backward_graphs"] == 1, metrics
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= 1e-4, f"{worst} differs by {errors[worst]:.3g}"
 
 
 if __name__ == "__main__":

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import importlib.util
 import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -28,16 +26,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytest.importorskip("transformers")
 
 import torch_neuronx  # noqa: E402,F401
+from test_arch_sweep import _load_script as _load_sweep  # noqa: E402  (benchmarks/arch_sweep.py as a module)
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "arch_sweep.py"
 ARCHS = ["llama", "mistral", "qwen2", "gemma2", "gpt2", "phi3", "mixtral", "opt", "llama4_text"]
-
-
-def _load_sweep():
-    spec = importlib.util.spec_from_file_location("arch_sweep", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")

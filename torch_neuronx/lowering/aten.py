@@ -57,7 +57,7 @@ for _op, _fn in [(aten.isnan, jnp.isnan), (aten.isinf, jnp.isinf),
                  (aten.signbit, jnp.signbit)]:
     lowering(_op)(_unary(_fn, KIND.ALWAYS_BOOL))
 
-lowering(aten.neg)(_unary(jnp.negative))
+lowering(aten.neg, aten._neg_view, aten._neg_view_copy)(_unary(jnp.negative))  # a negative view has -x's value
 lowering(aten.abs)(_unary(jnp.abs, KIND.COMPLEX_TO_FLOAT))
 
 

@@ -164,17 +164,6 @@ def conj_physical(x):
     return jnp.conj(x) if jnp.iscomplexobj(x) else x
 
 
-@lowering(aten._neg_view, aten._neg_view_copy)
-def neg_view(x):
-    return -x
-
-
-@lowering(aten.resolve_conj, aten.resolve_neg)
-def resolve(x):
-    """Materializing a conjugate or negative view keeps its value."""
-    return x
-
-
 def _shrink_backward(grad, x, lambd):
     """Both shrink functions are flat on [-lambd, lambd] and have slope 1 outside."""
     inside = (x >= -lambd) & (x <= lambd)

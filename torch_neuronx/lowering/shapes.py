@@ -43,8 +43,11 @@ def to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocki
     return x.astype(target)
 
 
-@lowering(aten.clone, aten.alias, aten.lift_fresh_copy, aten.lift_fresh, aten.detach)
+@lowering(aten.clone, aten.alias, aten.lift_fresh_copy, aten.lift_fresh, aten.detach, aten.resolve_conj,
+          aten.resolve_neg)
 def clone(x, memory_format=None):
+    """Values are immutable in a traced graph: copies, aliases and the
+    materialization of conjugate/negative views all keep x's value."""
     return x
 
 

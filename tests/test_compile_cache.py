@@ -19,6 +19,13 @@ SCRIPT = textwrap.dedent(
         traces.append(self.name)
         return interpret(self, *args)
     graph.CompiledGraph._interpret = counted  # tracing a graph through the lowering table
+    import torch._functorch.aot_autograd as aot
+    captures = []
+    capture = aot.aot_stage1_graph_capture
+    def counted_capture(*args, **kwargs):
+        captures.append(1)
+        return capture(*args, **kwargs)
+    aot.aot_stage1_graph_capture = counted_capture  # AOTAutograd tracing the joint graph
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 8))
     torch.manual_seed(0)
     for p in model.parameters():
@@ -34,7 +41,8 @@ SCRIPT = textwrap.dedent(
     print(json.dumps({"sum": out.sum().item(), "disk_hits": m["cache_hits_disk"],
                       "corrupt": m.get("cache_hits_corrupt", 0),
                       "compile_seconds": m["compile_seconds"], "first_call_seconds": seconds,
-                      "traces": len(traces)}))
+                      "traces": len(traces), "aot_hits": m["cache_hits_aot"],
+                      "aot_traces": len(captures), "grad": model[0].weight.grad.sum().item()}))
     """
 )
 
@@ -58,12 +66,16 @@ def test_second_process_reuses_graphs_and_survives_corrupted_entries(cache_dir):
     warm, _ = run(cache_dir)
     assert warm["disk_hits"] >= 2  # forward and backward executables
     assert cold["traces"] >= 2 and warm["traces"] == 0  # a disk hit skips tracing and lowering
+    # ... and AOTAutograd's joint-graph trace: its result is loaded (compiler/aot_cache.py)
+    assert (cold["aot_hits"], cold["aot_traces"]) == (0, 1)
+    assert (warm["aot_hits"], warm["aot_traces"]) == (1, 0)
     assert warm["sum"] == pytest.approx(cold["sum"], rel=1e-6)
+    assert warm["grad"] == pytest.approx(cold["grad"], rel=1e-6)
     assert warm["compile_seconds"] < cold["compile_seconds"]
 
     folder = cache_dir["TORCH_NEURONX_NEFF_CACHE_DIR"]
-    entries = [os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".neff")]
-    assert entries
+    entries = [os.path.join(folder, f) for f in os.listdir(folder) if f.endswith((".neff", ".aot"))]
+    assert len(entries) == 3  # forward and backward executables, one AOTAutograd result
     for i, path in enumerate(entries):
         with open(path, "r+b") as handle:  # truncate one, overwrite bytes in the others
             if i == 0:
@@ -73,6 +85,8 @@ def test_second_process_reuses_graphs_and_survives_corrupted_entries(cache_dir):
                 handle.write(b"\x00garbage\x00")
     again, _ = run(cache_dir)
     assert again["sum"] == pytest.approx(cold["sum"], rel=1e-6)
+    assert again["grad"] == pytest.approx(cold["grad"], rel=1e-6)
+    assert (again["aot_hits"], again["aot_traces"]) == (0, 1)
     assert again["corrupt"] == len(entries)  # each one detected (and warned about), then recompiled
 
 
@@ -134,3 +148,83 @@ def test_graphs_with_effect_tokens_run_in_a_warm_process(cache_dir):
         proc = subprocess.run([sys.executable, "-W", "ignore", "-c", EFFECTS_SCRIPT], env=env,
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
+
+
+# ---------------------------------------------------------------- AOTAutograd result cache
+def _aot_config():
+    from torch._functorch.aot_autograd import AOTConfig
+
+    return AOTConfig(fw_compiler=None, bw_compiler=None, partition_fn=None, decompositions={},
+                     num_params_buffers=0, aot_id=0, keep_inference_input_mutations=True)
+
+
+def _graph(fn):
+    import torch.fx
+
+    return torch.fx.symbolic_trace(fn)
+
+
+def test_aot_result_key_covers_what_tracing_depends_on():
+    import torch
+
+    from torch_neuronx.compiler import aot_cache
+
+    gm = _graph(lambda x, y: torch.add(x, y))
+    x, y = torch.ones(4, 3), torch.ones(4, 3)
+
+    def key(*args, graph=gm):
+        return aot_cache.key(graph, list(args), _aot_config())
+
+    base = key(x, y)
+    assert base is not None and base == key(torch.zeros(4, 3), torch.zeros(4, 3))  # values are not in it
+    variants = {
+        "shape": key(torch.ones(2, 3), torch.ones(2, 3)),
+        "dtype": key(x.double(), y.double()),
+        "stride": key(torch.ones(3, 4).t(), y),
+        "requires_grad": key(x.clone().requires_grad_(), y),
+        "aliasing": key(x, x),
+        "code": key(x, y, graph=_graph(lambda x, y: torch.mul(x, y))),
+    }
+    with torch.no_grad():
+        variants["grad mode"] = key(x, y)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        variants["autocast"] = key(x, y)
+    assert {name: k for name, k in variants.items() if k == base} == {}
+    assert len(set(variants.values())) == len(variants)
+
+
+def _user_function(x):
+    return x * 2
+
+
+def test_aot_result_of_a_graph_calling_python_code_is_not_cached():
+    """A call_function on arbitrary Python code: its name does not decide what
+    it computes, so the graph gets no key (AOTAutograd runs as usual)."""
+    import torch
+    import torch.fx
+
+    from torch_neuronx.compiler import aot_cache
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    graph.output(graph.call_function(_user_function, (x,)))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    assert aot_cache.key(gm, [torch.ones(3)], _aot_config()) is None
+
+
+def test_aot_result_from_an_incompatible_build_is_discarded(tmp_path, monkeypatch):
+    import torch
+
+    from torch_neuronx.compiler import aot_cache, cache, metrics
+
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path))
+    metrics.reset()
+    gm = _graph(lambda x: torch.neg(x))
+    args = [torch.ones(3)]
+    key = aot_cache.key(gm, args, _aot_config())
+    cache.store_bytes(key, ".aot", b"not a pickle")
+    with pytest.warns(UserWarning, match="could not be loaded"):
+        compiled, config = aot_cache._try_load(gm, args, _aot_config(), None, True, False)
+    assert compiled is None and config.cache_info.cache_key == key  # a miss that will save its result
+    assert not (tmp_path / (key + ".aot")).exists()
+    assert metrics.snapshot()["cache_hits_corrupt"] == 1

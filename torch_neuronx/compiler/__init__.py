@@ -8,6 +8,7 @@ so importing torch does not import JAX or Dynamo.
 
 from __future__ import annotations
 
+import collections.abc
 import functools
 import os
 import sys
@@ -41,16 +42,14 @@ def _check_inputs(example_inputs) -> None:
 
 def _compiler(kind: str):
     def compile_fn(gm: torch.fx.GraphModule, example_inputs):
-        from torch_neuronx.compiler.graph import compile_graph, unlowered_ops
+        from torch_neuronx.compiler.graph import BoxedOutput, compile_graph, unlowered_ops
 
         from torch_neuronx.compiler.partition import is_custom_op, split_around_custom_ops
 
         metrics.record_graph(kind)
         if any(is_custom_op(node) for node in gm.graph.nodes):
-            from torch._functorch.aot_autograd import make_boxed_func
-
             split = split_around_custom_ops(gm, lambda piece: compile_fn(piece, None))
-            return make_boxed_func(split.forward)
+            return BoxedOutput(lambda args: split.forward(*args))
         missing = unlowered_ops(gm)
         if missing:
             listing = "\n".join(f"  {m.op}  at {m.source}" for m in missing)
@@ -64,9 +63,7 @@ def _compiler(kind: str):
                 f"torch_neuronx: running a {kind} graph eagerly (TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0) "
                 f"because these ops have no lowering:\n{listing}"
             )
-            from torch._functorch.aot_autograd import make_boxed_func
-
-            return make_boxed_func(gm.forward)
+            return BoxedOutput(lambda args: gm.forward(*args))
         return compile_graph(gm, example_inputs, kind)
 
     return compile_fn
@@ -83,6 +80,20 @@ def decomposition_table() -> dict:
     from torch._decomp import core_aten_decompositions
 
     return dict(core_aten_decompositions().items())
+
+
+class _Decompositions(collections.abc.Mapping):
+    """decomposition_table(), built on first use: AOTAutogradCache hits
+    (compiler/aot_cache.py) never read it."""
+
+    def __getitem__(self, op):
+        return decomposition_table()[op]
+
+    def __iter__(self):
+        return iter(decomposition_table())
+
+    def __len__(self):
+        return len(decomposition_table())
 
 
 def _is_neuron(compiler_fn) -> bool:
@@ -148,13 +159,16 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
         fw_compiler=_compiler("forward"),
         bw_compiler=_compiler("backward"),
         inference_compiler=_compiler("inference"),
-        decompositions=decomposition_table(),
+        decompositions=_Decompositions(),
         # AOTAutograd's default partitioner: the min-cut one (Inductor's) added
         # about 1 s to every compile, warm starts included, with no step-time
         # difference measurable here (benchmarks/bench_compile.py, 2 runs each).
         keep_inference_input_mutations=True,
     )
-    return backend(gm, example_inputs)
+    from torch_neuronx.compiler import aot_cache
+
+    with aot_cache.enabled():  # a graph seen by an earlier process skips AOTAutograd's tracing
+        return backend(gm, example_inputs)
 
 
 def get_dynamo_metrics() -> dict:

@@ -43,8 +43,8 @@ def cache_dir() -> str | None:
 
 @functools.lru_cache(maxsize=1)
 def _toolchain_fingerprint() -> str:
-    """What else an executable depends on: the code that lowers graphs (this
-    package's lowering table and graph interpreter), JAX/XLA, XLA_FLAGS and the
+    """What else an entry depends on: the code that compiles and lowers graphs
+    (this package's compiler and lowering table), JAX/XLA, XLA_FLAGS and the
     host CPU the code was generated for."""
     import jax
     import jaxlib
@@ -53,7 +53,7 @@ def _toolchain_fingerprint() -> str:
 
     digest = hashlib.sha256()
     package = pathlib.Path(torch_neuronx.__file__).parent
-    for path in sorted((package / "lowering").glob("*.py")) + [package / "compiler" / "graph.py"]:
+    for path in sorted((package / "lowering").glob("*.py")) + sorted((package / "compiler").glob("*.py")):
         digest.update(path.read_bytes())
     digest.update(f"{jax.__version__}|{jaxlib.__version__}|{os.environ.get('XLA_FLAGS', '')}".encode())
     digest.update(_cpu_flags().encode())
@@ -79,9 +79,9 @@ def graph_key(parts: list[bytes]) -> str:
     return digest.hexdigest()
 
 
-def _path(key: str) -> pathlib.Path | None:
+def _path(key: str, suffix: str = _SUFFIX) -> pathlib.Path | None:
     folder = cache_dir()
-    return None if folder is None else pathlib.Path(folder) / (key + _SUFFIX)
+    return None if folder is None else pathlib.Path(folder) / (key + suffix)
 
 
 def _discard(path: pathlib.Path, why: str) -> None:
@@ -91,6 +91,14 @@ def _discard(path: pathlib.Path, why: str) -> None:
         "recompiled."
     )
     path.unlink(missing_ok=True)
+
+
+def discard(key: str, suffix: str, why: str) -> None:
+    """Removes an entry whose payload passed the checksum but could not be used
+    (written by another build), with a warning."""
+    path = _path(key, suffix)
+    if path is not None:
+        _discard(path, why)
 
 
 def _read(path: pathlib.Path) -> bytes | None:
@@ -107,7 +115,7 @@ def _read(path: pathlib.Path) -> bytes | None:
 
 def _write(path: pathlib.Path, payload: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=_SUFFIX)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(_MAGIC + hashlib.sha256(payload).digest() + payload)
@@ -117,12 +125,23 @@ def _write(path: pathlib.Path, payload: bytes) -> None:
         raise
 
 
+def load_bytes(key: str, suffix: str) -> bytes | None:
+    """The checked payload stored under key, or None (a miss, the cache off, or
+    a corrupted entry, which is reported and removed)."""
+    path = _path(key, suffix)
+    return None if path is None else _read(path)
+
+
+def store_bytes(key: str, suffix: str, payload: bytes) -> None:
+    """Stores payload under key (nothing when the disk cache is off)."""
+    path = _path(key, suffix)
+    if path is not None:
+        _write(path, payload)
+
+
 def load(key: str):
     """The executable stored under key (a jax.stages.Compiled), or None."""
-    path = _path(key)
-    if path is None:
-        return None
-    payload = _read(path)
+    payload = load_bytes(key, _SUFFIX)
     if payload is None:
         return None
     from jax.experimental.serialize_executable import deserialize_and_load
@@ -131,7 +150,7 @@ def load(key: str):
         serialized, in_tree, out_tree = pickle.loads(payload)
         executable = deserialize_and_load(serialized, in_tree, out_tree, backend="cpu")
     except Exception as error:  # written by an incompatible build: same as a bad entry
-        _discard(path, f"could not be loaded ({type(error).__name__}: {error})")
+        discard(key, _SUFFIX, f"could not be loaded ({type(error).__name__}: {error})")
         return None
     metrics.record_cache_hit("disk")
     return executable
@@ -140,8 +159,7 @@ def load(key: str):
 def store(key: str, executable) -> None:
     """Writes the executable under key (nothing when the disk cache is off or
     the executable cannot be serialized)."""
-    path = _path(key)
-    if path is None:
+    if cache_dir() is None:
         return
     from jax.experimental.serialize_executable import serialize
 
@@ -151,4 +169,4 @@ def store(key: str, executable) -> None:
         return
     with io.BytesIO() as buffer:
         pickle.dump((serialized, in_tree, out_tree), buffer, protocol=pickle.HIGHEST_PROTOCOL)
-        _write(path, buffer.getvalue())
+        store_bytes(key, _SUFFIX, buffer.getvalue())

@@ -13,12 +13,14 @@ import functools
 import hashlib
 import operator
 import os
+import pickle
 import threading
 import time
 from dataclasses import dataclass
 
 import torch
 import torch.fx
+from torch._inductor.output_code import OutputCode
 
 from torch_neuronx.compiler import artifacts, cache, metrics
 from torch_neuronx.compiler.errors import NeuronCompileError
@@ -85,21 +87,43 @@ class CompiledGraph:
     """A graph compiled for the neuron device; called with the list of inputs."""
 
     def __init__(self, gm: torch.fx.GraphModule, name: str):
+        output = next(n for n in gm.graph.nodes if n.op == "output")
+        outputs = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+        output_dtypes = [
+            n.meta["val"].dtype if isinstance(n, torch.fx.Node) and isinstance(n.meta.get("val"), torch.Tensor)
+            else None
+            for n in outputs
+        ]
+        self._setup(gm, name, _graph_identity(gm), output_dtypes)
+
+    def _setup(self, gm: torch.fx.GraphModule, name: str, key: str, output_dtypes: list) -> None:
         import jax
+
+        from torch_neuronx.lowering import common  # noqa: F401  (jax_enable_x64, as when lowering)
 
         self.gm = gm
         self.name = name
+        self.key = key
+        self.output_dtypes = output_dtypes
         self.uses_rng = _uses_rng(gm)
         self.emulate_fp64 = _emulate_fp64()
         self.mutations = _mutations(gm)
-        output = next(n for n in gm.graph.nodes if n.op == "output")
-        self.output_nodes = output.args[0]
-        self.output_dtypes = [
-            (n.meta["val"].dtype if isinstance(n, torch.fx.Node) and isinstance(n.meta.get("val"), torch.Tensor) else None)
-            for n in (self.output_nodes if isinstance(self.output_nodes, (list, tuple)) else [self.output_nodes])
-        ]
-        self.key = _graph_identity(gm)
+        self.output_nodes = next(n for n in gm.graph.nodes if n.op == "output").args[0]
         self._jitted = jax.jit(self._interpret)
+
+    # -- pickling (the AOTAutograd result cache stores compiled graphs) --------
+    def __getstate__(self) -> dict:
+        # The graph travels as its code (GraphModule's own pickling); node
+        # metadata (fake tensors) is left behind, so the output dtypes and the
+        # identity computed from it are stored as they are.
+        reduce, (body, imports) = self.gm.__reduce__()
+        body = {k: v for k, v in body.items() if k != "meta"}
+        return {"gm": (reduce, body, imports), "name": self.name, "key": self.key,
+                "output_dtypes": self.output_dtypes}
+
+    def __setstate__(self, state: dict) -> None:
+        reduce, body, imports = state["gm"]
+        self._setup(reduce(body, imports), state["name"], state["key"], state["output_dtypes"])
 
     # -- tracing ---------------------------------------------------------------
     def _interpret(self, seed, *arrays):
@@ -302,15 +326,47 @@ def _draw_seed(device: torch.device) -> int:
     return int(torch.empty((), dtype=torch.int64, device=device).random_(0, 2**31 - 1).item())
 
 
-def compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str):
+class BoxedOutput(OutputCode):
+    """What the backend hands AOTAutograd for one graph: a callable taking the
+    list of inputs (boxed). An OutputCode, the type AOTAutograd's result cache
+    (compiler/aot_cache.py) stores; this base class holds graphs that are not
+    stored there (run eagerly, or split around custom ops)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        # An instance attribute: wrappers made with functools.wraps (Dynamo's
+        # disable() around the backward) copy it, so they are called boxed too.
+        self._boxed_call = True
+
+    def __call__(self, args):
+        return self.fn(args)
+
+    def __getstate__(self):
+        raise pickle.PicklingError("this graph runs outside a single executable; it is not cached")
+
+    def prepare_for_serialization(self) -> None:
+        pass
+
+    def post_compile(self, example_inputs, constants, graph_kwargs) -> None:
+        pass  # executables are loaded on the first call
+
+
+class GraphRunner(BoxedOutput):
+    """A graph compiled to one executable; it pickles as its CompiledGraph."""
+
+    def __init__(self, compiled: CompiledGraph):
+        super().__init__(compiled)
+        self.compiled_graph = compiled
+
+    def __getstate__(self):
+        return {"compiled_graph": self.compiled_graph}
+
+    def __setstate__(self, state):
+        self.__init__(state["compiled_graph"])
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str) -> GraphRunner:
     missing = unlowered_ops(gm)
     if missing:
         raise NeuronCompileError(missing)
-    compiled = CompiledGraph(gm, name)
-
-    def run(args):
-        return compiled(args)
-
-    run._boxed_call = True  # AOTAutograd passes the inputs as one list
-    run.compiled_graph = compiled
-    return run
+    return GraphRunner(CompiledGraph(gm, name))

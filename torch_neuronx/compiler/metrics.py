@@ -50,6 +50,7 @@ def snapshot() -> dict:
             "cache_hits_memory": _counts["cache_hits_memory"],
             "cache_hits_disk": _counts["cache_hits_disk"],
             "cache_hits_corrupt": _counts["cache_hits_corrupt"],
+            "cache_hits_aot": _counts["cache_hits_aot"],
             "forward_graphs": _counts["forward_graphs"],
             "backward_graphs": _counts["backward_graphs"],
             "inference_graphs": _counts["inference_graphs"],

@@ -221,8 +221,9 @@ def render(steps, compiles, command: str) -> str:
         "",
         "Compile time (first call minus a steady call, fresh process each, median of 3): neuron cold "
         "(empty cache), neuron warm (second process, same disk cache), Inductor on CPU cold. Targets: "
-        "cold <= 0.5x Inductor, warm <= 0.2x cold. Every process also pays importing JAX (~0.7 s), "
-        "Dynamo's trace and AOTAutograd's; a warm start skips tracing, lowering and XLA's compile. "
+        "cold <= 0.5x Inductor, warm <= 0.2x cold. Every process pays importing JAX (~0.5 s) and "
+        "Dynamo's trace; a warm start loads AOTAutograd's result and the executables from the disk "
+        "cache, skipping AOTAutograd's trace, lowering and XLA's compile. "
         "The backend stage columns are the seconds spent inside the backend's compile stage alone "
         "(get_dynamo_metrics()['compile_seconds']): trace + lower + XLA compile when cold, loading the "
         "executables from disk when warm.",

@@ -76,6 +76,17 @@ def test_second_process_reuses_graphs_and_survives_corrupted_entries(cache_dir):
     folder = cache_dir["TORCH_NEURONX_NEFF_CACHE_DIR"]
     entries = [os.path.join(folder, f) for f in os.listdir(folder) if f.endswith((".neff", ".aot"))]
     assert len(entries) == 3  # forward and backward executables, one AOTAutograd result
+
+    # Executables gone, AOTAutograd result kept: its graphs (stored as FX code)
+    # are lowered and compiled again.
+    for path in entries:
+        if path.endswith(".neff"):
+            os.remove(path)
+    rebuilt, _ = run(cache_dir)
+    assert (rebuilt["aot_hits"], rebuilt["aot_traces"], rebuilt["disk_hits"]) == (1, 0, 0)
+    assert rebuilt["traces"] >= 2
+    assert rebuilt["sum"] == pytest.approx(cold["sum"], rel=1e-6)
+    assert rebuilt["grad"] == pytest.approx(cold["grad"], rel=1e-6)
     for i, path in enumerate(entries):
         with open(path, "r+b") as handle:  # truncate one, overwrite bytes in the others
             if i == 0:
@@ -228,3 +239,68 @@ def test_aot_result_from_an_incompatible_build_is_discarded(tmp_path, monkeypatc
     assert compiled is None and config.cache_info.cache_key == key  # a miss that will save its result
     assert not (tmp_path / (key + ".aot")).exists()
     assert metrics.snapshot()["cache_hits_corrupt"] == 1
+
+
+RANDOM_SCRIPT = textwrap.dedent(
+    """
+    import json, torch, torch_neuronx
+    f = lambda x: torch.empty_like(x).uniform_(-1, 2) + torch.rand_like(x) + x
+    compiled = torch.compile(f, backend="neuron", fullgraph=True)
+    x = torch.zeros(64, device="neuron")
+    torch.manual_seed(7)
+    a = compiled(x).cpu()
+    torch.manual_seed(7)
+    b = compiled(x).cpu()
+    c = compiled(x).cpu()
+    print(json.dumps({"a": a.tolist(), "reseeded": torch.equal(a, b), "next_differs": not torch.equal(a, c),
+                      "aot_hits": torch_neuronx.get_dynamo_metrics()["cache_hits_aot"]}))
+    """
+)
+
+
+def test_random_graphs_from_the_aot_result_cache_stay_random(cache_dir):
+    """A stored graph is rebuilt node by node: rebuilding it by tracing its code
+    would run `uniform_(empty(...))` once at load time (drawing from the
+    generator) and keep the numbers as a constant."""
+    env = dict(os.environ, **cache_dir)
+
+    def run_random():
+        proc = subprocess.run([sys.executable, "-W", "ignore", "-c", RANDOM_SCRIPT], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    cold = run_random()
+    warm = run_random()
+    folder = cache_dir["TORCH_NEURONX_NEFF_CACHE_DIR"]
+    for name in os.listdir(folder):
+        if name.endswith(".neff"):
+            os.remove(os.path.join(folder, name))
+    rebuilt = run_random()  # the stored graph lowered and compiled again
+    assert [cold["aot_hits"], warm["aot_hits"], rebuilt["aot_hits"]] == [0, 1, 1]
+    for result in (cold, warm, rebuilt):
+        assert result["reseeded"] and result["next_differs"]
+        assert result["a"] == cold["a"]  # same seed, same numbers, in every process
+
+
+def test_fx_graph_round_trips_node_by_node():
+    import pickle
+
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torch_neuronx.compiler import fx_pickle
+
+    constant = torch.tensor([1.0, -2.0, 3.0])
+
+    def fn(x):
+        values, indices = x.max(dim=0)  # operator.getitem nodes
+        return values * constant + torch.ones(3, dtype=torch.int64) + indices, torch.empty(3).uniform_()
+
+    gm = make_fx(fn)(torch.randn(4, 3))
+    assert any(n.op == "get_attr" for n in gm.graph.nodes)
+    rebuilt = fx_pickle.loads_state(pickle.loads(pickle.dumps(fx_pickle.dumps_state(gm))))
+    assert rebuilt.code == gm.code
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(rebuilt(x)[0], gm(x)[0], rtol=0, atol=0)
+    assert any("uniform" in str(n.target) for n in rebuilt.graph.nodes)  # still a draw, not a constant

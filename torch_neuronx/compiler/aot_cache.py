@@ -131,7 +131,9 @@ def _try_load(mod, args, aot_config, compiler_config_extra, local, remote, compi
     from torch._functorch._aot_autograd.schemas import AOTAutogradCacheInfo
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    gm = getattr(mod, "gm", mod)  # Dynamo may wrap the graph (GmWrapper)
+    from torch._dynamo.utils import GmWrapper
+
+    gm = mod.gm if isinstance(mod, GmWrapper) else mod  # Dynamo wraps graphs with list inputs
     entry_key = key(gm, args, aot_config)
     if entry_key is None:
         return None, aot_config

@@ -113,17 +113,17 @@ class CompiledGraph:
 
     # -- pickling (the AOTAutograd result cache stores compiled graphs) --------
     def __getstate__(self) -> dict:
-        # The graph travels as its code (GraphModule's own pickling); node
-        # metadata (fake tensors) is left behind, so the output dtypes and the
-        # identity computed from it are stored as they are.
-        reduce, (body, imports) = self.gm.__reduce__()
-        body = {k: v for k, v in body.items() if k != "meta"}
-        return {"gm": (reduce, body, imports), "name": self.name, "key": self.key,
+        # Node metadata (fake tensors) is left behind, so the output dtypes and
+        # the identity computed from it are stored as they are.
+        from torch_neuronx.compiler import fx_pickle
+
+        return {"graph": fx_pickle.dumps_state(self.gm), "name": self.name, "key": self.key,
                 "output_dtypes": self.output_dtypes}
 
     def __setstate__(self, state: dict) -> None:
-        reduce, body, imports = state["gm"]
-        self._setup(reduce(body, imports), state["name"], state["key"], state["output_dtypes"])
+        from torch_neuronx.compiler import fx_pickle
+
+        self._setup(fx_pickle.loads_state(state["graph"]), state["name"], state["key"], state["output_dtypes"])
 
     # -- tracing ---------------------------------------------------------------
     def _interpret(self, seed, *arrays):

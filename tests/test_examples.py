@@ -39,5 +39,14 @@ def test_demo_trains_and_reports():
     assert memory, out
     allocated, peak, reserved = map(float, memory.groups())
     assert 0 < peak <= reserved and allocated <= peak
-    assert re.search(r"^compile backend 'neuron': (available|not available yet)", out, flags=re.MULTILINE), out
+    assert re.search(r"^compile backend 'neuron': available; max \|compiled - eager\| = ([0-9.e+-]+)$", out,
+                     flags=re.MULTILINE), out
+    difference = float(re.search(r"max \|compiled - eager\| = ([0-9.e+-]+)$", out, flags=re.MULTILINE).group(1))
+    assert difference < 1e-4
+    report = re.search(r"^compile report: graphs (\d+) forward / (\d+) backward / (\d+) inference;", out,
+                       flags=re.MULTILINE)
+    assert report and [int(g) for g in report.groups()] == [1, 1, 1], out
+    gap = re.search(r"^compiled training: 5 steps in [0-9.]+ s .*loss eager\| = ([0-9.e+-]+)$", out,
+                    flags=re.MULTILINE)
+    assert gap and float(gap.group(1)) < 1e-4, out  # compiled training follows eager training
     assert elapsed < 60, f"demo took {elapsed:.1f} s"

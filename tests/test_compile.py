@@ -415,3 +415,22 @@ def test_python_kernels_run_eagerly_untraced_inside_compiled_regions():
     out = torch.compile(f, backend=counting)(x.to(DEVICE))
     torch.testing.assert_close(out.cpu(), torch.tensor([1, 3, 1, 1], dtype=torch.int32))
     assert compiled_graphs == []
+
+
+def test_unlowered_op_in_the_backward_raises_when_the_backward_runs(tmp_path, monkeypatch):
+    """Backward graphs reach the backend together with the forward (the
+    AOTAutograd result cache needs both); an op missing from the backward's
+    lowering is reported when backward runs, so a forward whose backward never
+    runs (evaluation without no_grad) works."""
+    from torch_neuronx import lowering
+
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path))  # a fresh disk cache: no hits
+    lowering.lookup(torch.ops.aten.mm.default)  # the table is loaded
+    monkeypatch.delitem(lowering.LOWERINGS, torch.ops.aten.mm)  # forward: addmm; backward: mm
+    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.GELU()).to(DEVICE)
+    compiled = torch.compile(model, backend="neuron")
+    x = torch.randn(3, 5, device=DEVICE)
+    out = compiled(x)  # forward only: fine
+    torch.testing.assert_close(out.cpu(), model(x).cpu(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(NeuronCompileError, match="aten.mm.default"):
+        out.sum().backward()

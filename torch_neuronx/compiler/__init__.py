@@ -40,6 +40,10 @@ def _check_inputs(example_inputs) -> None:
             )
 
 
+def _raise(error: Exception, args) -> None:
+    raise error
+
+
 def _compiler(kind: str):
     def compile_fn(gm: torch.fx.GraphModule, example_inputs):
         from torch_neuronx.compiler.graph import BoxedOutput, compile_graph, unlowered_ops
@@ -54,11 +58,18 @@ def _compiler(kind: str):
         if missing:
             listing = "\n".join(f"  {m.op}  at {m.source}" for m in missing)
             if _fallback_execution_disabled():
-                raise NeuronCompileError(
+                error = NeuronCompileError(
                     f"torch.compile(backend='neuron'): {len(missing)} op(s) in the {kind} graph have no "
                     f"StableHLO lowering:\n{listing}\nRewrite the code to avoid them, or set "
                     "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0 to run such graphs eagerly."
                 )
+                if kind == "backward":
+                    # Raised when the backward runs: with the AOTAutograd result
+                    # cache on, backward graphs arrive with the forward one, and a
+                    # forward whose backward never runs (evaluation without
+                    # no_grad) must keep working.
+                    return BoxedOutput(functools.partial(_raise, error))
+                raise error
             warnings.warn(
                 f"torch_neuronx: running a {kind} graph eagerly (TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0) "
                 f"because these ops have no lowering:\n{listing}"

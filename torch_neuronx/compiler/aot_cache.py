@@ -12,12 +12,12 @@ graphs, whose executables then come from the executable cache (cache.py).
 PyTorch's AOTAutogradCache builds the entries and re-wraps them on a hit (its
 "bundled" form, where the compiled graphs are pickled whole; ours pickle as
 their FX graph, node by node: graph.CompiledGraph.__getstate__, fx_pickle.py).
-What this module supplies:
-the key, computed without Inductor's (whose computation imports Inductor's
-code generators, over a second); the storage, cache.py's checksummed entries
-under TORCH_NEURONX_NEFF_CACHE_DIR; and `enabled()`, which routes
-AOTAutogradCache's load and save to both for the duration of one of this
-backend's compiles, leaving every other backend's caching as it was.
+What this module supplies: the key, computed without Inductor's (whose
+computation imports Inductor's code generators, over a second); the storage,
+cache.py's checksummed entries under TORCH_NEURONX_NEFF_CACHE_DIR; and
+`enabled()`, which routes AOTAutogradCache's load and save to both for the
+duration of one of this backend's compiles, leaving every other backend's
+caching as it was.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ def _graph_digest(gm: torch.fx.GraphModule, digest) -> None:
     """The code of a Dynamo graph, its tensor constants, and its subgraphs
     (bodies of higher-order ops such as checkpoint), recursively."""
     from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache, check_node_safe
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     digest.update(gm.code.encode())
     for node in gm.graph.nodes:
@@ -59,14 +58,11 @@ def _graph_digest(gm: torch.fx.GraphModule, digest) -> None:
         if node.op != "get_attr":
             continue
         value = getattr(gm, node.target)
-        digest.update(node.target.encode())
         if isinstance(value, torch.fx.GraphModule):
+            digest.update(node.target.encode())
             _graph_digest(value, digest)
         elif isinstance(value, torch.Tensor) and type(value) in (torch.Tensor, torch.nn.Parameter):
-            with unset_fake_temporarily():
-                flat = value.detach().cpu().contiguous().reshape(-1)
-            digest.update(f"{value.dtype}|{tuple(value.shape)}".encode())
-            digest.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+            cache.update_with_tensor(digest, node.target, value)
         else:
             raise _Uncacheable(f"constant {node.target} of type {type(value).__name__}")
 

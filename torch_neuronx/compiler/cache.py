@@ -23,6 +23,8 @@ import pickle
 import tempfile
 import warnings
 
+import torch
+
 from torch_neuronx.compiler import metrics
 
 _MAGIC = b"TNXNEFF2"
@@ -77,6 +79,17 @@ def graph_key(parts: list[bytes]) -> str:
         digest.update(len(part).to_bytes(8, "little"))
         digest.update(part)
     return digest.hexdigest()
+
+
+def update_with_tensor(digest, name: str, tensor) -> None:
+    """Adds a graph's tensor constant to a key: its name, dtype, shape and bytes
+    (graph code names constants but does not show their values)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():  # AOTAutograd and Dynamo call backends under their fake mode
+        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}".encode())
+        digest.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
 
 
 def _path(key: str, suffix: str = _SUFFIX) -> pathlib.Path | None:

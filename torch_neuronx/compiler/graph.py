@@ -198,16 +198,11 @@ class CompiledGraph:
 def _graph_identity(gm: torch.fx.GraphModule) -> str:
     """A digest of what the graph computes: its code and the values of the
     tensor constants it reads (code alone names them, e.g. _tensor_constant0)."""
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
     digest = hashlib.sha256(gm.code.encode())
-    with unset_fake_temporarily():  # AOTAutograd calls the compiler under its fake mode
-        for node in gm.graph.nodes:
-            value = getattr(gm, node.target) if node.op == "get_attr" else None
-            if isinstance(value, torch.Tensor):
-                flat = value.detach().cpu().contiguous().reshape(-1)
-                digest.update(f"{node.target}|{value.dtype}|{tuple(value.shape)}".encode())
-                digest.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+    for node in gm.graph.nodes:
+        value = getattr(gm, node.target) if node.op == "get_attr" else None
+        if isinstance(value, torch.Tensor):
+            cache.update_with_tensor(digest, node.target, value)
     return digest.hexdigest()
 
 

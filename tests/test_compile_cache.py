@@ -77,8 +77,8 @@ def test_second_process_reuses_graphs_and_survives_corrupted_entries(cache_dir):
     entries = [os.path.join(folder, f) for f in os.listdir(folder) if f.endswith((".neff", ".aot"))]
     assert len(entries) == 3  # forward and backward executables, one AOTAutograd result
 
-    # Executables gone, AOTAutograd result kept: its graphs (stored as FX code)
-    # are lowered and compiled again.
+    # Executables gone, AOTAutograd result kept: its graphs (stored node by
+    # node) are lowered and compiled again.
     for path in entries:
         if path.endswith(".neff"):
             os.remove(path)

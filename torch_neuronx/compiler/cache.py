@@ -92,7 +92,7 @@ def update_with_tensor(digest, name: str, tensor) -> None:
         digest.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
 
 
-def _path(key: str, suffix: str = _SUFFIX) -> pathlib.Path | None:
+def _path(key: str, suffix: str) -> pathlib.Path | None:
     folder = cache_dir()
     return None if folder is None else pathlib.Path(folder) / (key + suffix)
 

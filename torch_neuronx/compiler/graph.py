@@ -87,16 +87,15 @@ class CompiledGraph:
     """A graph compiled for the neuron device; called with the list of inputs."""
 
     def __init__(self, gm: torch.fx.GraphModule, name: str):
-        output = next(n for n in gm.graph.nodes if n.op == "output")
-        outputs = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
-        output_dtypes = [
+        self._setup(gm, name, _graph_identity(gm))
+        outputs = self.output_nodes if isinstance(self.output_nodes, (list, tuple)) else [self.output_nodes]
+        self.output_dtypes = [
             n.meta["val"].dtype if isinstance(n, torch.fx.Node) and isinstance(n.meta.get("val"), torch.Tensor)
             else None
             for n in outputs
         ]
-        self._setup(gm, name, _graph_identity(gm), output_dtypes)
 
-    def _setup(self, gm: torch.fx.GraphModule, name: str, key: str, output_dtypes: list) -> None:
+    def _setup(self, gm: torch.fx.GraphModule, name: str, key: str) -> None:
         import jax
 
         from torch_neuronx.lowering import common  # noqa: F401  (jax_enable_x64, as when lowering)
@@ -104,7 +103,6 @@ class CompiledGraph:
         self.gm = gm
         self.name = name
         self.key = key
-        self.output_dtypes = output_dtypes
         self.uses_rng = _uses_rng(gm)
         self.emulate_fp64 = _emulate_fp64()
         self.mutations = _mutations(gm)
@@ -113,8 +111,9 @@ class CompiledGraph:
 
     # -- pickling (the AOTAutograd result cache stores compiled graphs) --------
     def __getstate__(self) -> dict:
-        # Node metadata (fake tensors) is left behind, so the output dtypes and
-        # the identity computed from it are stored as they are.
+        # Node metadata (fake tensors) is left behind: the output dtypes read
+        # from it are stored as they are, and so is the identity (the key of
+        # the graph's executables in the disk cache).
         from torch_neuronx.compiler import fx_pickle
 
         return {"graph": fx_pickle.dumps_state(self.gm), "name": self.name, "key": self.key,
@@ -123,7 +122,8 @@ class CompiledGraph:
     def __setstate__(self, state: dict) -> None:
         from torch_neuronx.compiler import fx_pickle
 
-        self._setup(fx_pickle.loads_state(state["graph"]), state["name"], state["key"], state["output_dtypes"])
+        self._setup(fx_pickle.loads_state(state["graph"]), state["name"], state["key"])
+        self.output_dtypes = state["output_dtypes"]
 
     # -- tracing ---------------------------------------------------------------
     def _interpret(self, seed, *arrays):

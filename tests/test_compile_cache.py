@@ -138,6 +138,87 @@ def test_entry_from_an_incompatible_build_is_discarded(tmp_path, monkeypatch):
     assert metrics.snapshot()["cache_hits_corrupt"] == 1
 
 
+# ---------------------------------------------------------------- size limit (eviction)
+def _entry_at(cache, key, suffix, size, mtime):
+    """Stores a `size`-byte payload under key and dates it `mtime`."""
+    cache.store_bytes(key, suffix, b"x" * size)
+    os.utime(cache._path(key, suffix), (mtime, mtime))
+
+
+def test_least_recently_used_entries_are_evicted_over_the_size_limit(tmp_path, monkeypatch):
+    from torch_neuronx.compiler import cache, metrics
+
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_MAX_SIZE", "-1")
+    metrics.reset()
+    entry = 1000 + 40  # payload plus the header (magic + checksum)
+    for i, suffix in enumerate([".neff", ".aot", ".neff", ".aot"]):
+        _entry_at(cache, f"e{i}", suffix, 1000, mtime=1_000_000 + i)
+    assert cache.load_bytes("e0", ".neff") is not None  # a hit: e0 becomes the most recent
+    unrelated = tmp_path / "notes.txt"
+    unrelated.write_text("not an entry")
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_MAX_SIZE", str(3 * entry))
+    cache.store_bytes("e4", ".neff", b"x" * 1000)  # 5 entries, room for 3: e1 and e2 go
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == ["e0.neff", "e3.aot", "e4.neff", "notes.txt"]
+    snapshot = metrics.snapshot()
+    assert snapshot["cache_evictions"] == 2
+    assert cache.load_bytes("e1", ".aot") is None  # evicted: a plain miss, no warning
+    assert metrics.snapshot()["cache_hits_corrupt"] == 0
+
+
+def test_the_entry_just_written_is_kept_even_above_the_limit(tmp_path, monkeypatch):
+    from torch_neuronx.compiler import cache
+
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_MAX_SIZE", "1K")
+    _entry_at(cache, "old", ".neff", 100, mtime=1_000_000)
+    cache.store_bytes("big", ".neff", b"x" * 5000)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.neff"]
+    assert cache.load_bytes("big", ".neff") == b"x" * 5000
+
+
+def test_stale_temporary_files_of_killed_writers_are_removed(tmp_path, monkeypatch):
+    from torch_neuronx.compiler import cache
+
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path))
+    stale, fresh = tmp_path / ".tmp-stale.neff", tmp_path / ".tmp-fresh.neff"
+    stale.write_bytes(b"half an entry")
+    fresh.write_bytes(b"being written right now")
+    os.utime(stale, (1_000_000, 1_000_000))
+    cache.store_bytes("k", ".neff", b"payload")
+    assert not stale.exists() and fresh.exists()
+
+
+@pytest.mark.parametrize("value, expected", [("", 10 * 2**30), ("500M", 500 * 2**20), ("1.5GiB", 3 * 2**29),
+                                             ("2kb", 2048), ("123", 123), ("-1", None), ("unlimited", None)])
+def test_cache_size_limit_values(monkeypatch, value, expected):
+    from torch_neuronx.compiler import cache
+
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_MAX_SIZE", value)
+    assert cache.max_size() == expected
+
+
+def test_a_malformed_cache_size_limit_is_a_clear_error(tmp_path, monkeypatch):
+    from torch_neuronx.compiler import cache
+
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_MAX_SIZE", "10 gigs")
+    with pytest.raises(ValueError, match=r"TORCH_NEURONX_NEFF_CACHE_MAX_SIZE='10 gigs' is not a size.*500M"):
+        cache.store_bytes("k", ".neff", b"payload")
+
+
+def test_training_under_a_tiny_cache_limit_stays_correct(cache_dir):
+    """With room for one entry, every write evicts the others: each process
+    still computes the same numbers, and the directory stays at one entry."""
+    env = dict(cache_dir, TORCH_NEURONX_NEFF_CACHE_MAX_SIZE="1")
+    first, _ = run(env)
+    second, _ = run(env)
+    assert (first["sum"], first["grad"]) == (second["sum"], second["grad"])
+    folder = cache_dir["TORCH_NEURONX_NEFF_CACHE_DIR"]
+    assert len([f for f in os.listdir(folder) if f.endswith((".neff", ".aot"))]) == 1
+
+
 EFFECTS_SCRIPT = textwrap.dedent(
     """
     import torch, torch_neuronx

@@ -10,6 +10,11 @@ Each entry is written to a temporary file and renamed into place (safe with
 several processes writing at once) and carries a SHA-256 of its payload, so a
 corrupted or truncated entry is detected, reported, deleted and recompiled
 instead of being deserialized.
+
+The directory is kept under TORCH_NEURONX_NEFF_CACHE_MAX_SIZE: after each
+write, the least recently used entries (a hit refreshes an entry's mtime) are
+deleted until the rest fit. Deleting is safe while other processes read: an
+entry gone before it is opened is a miss, one already opened is read whole.
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ import io
 import os
 import pathlib
 import pickle
+import re
 import tempfile
+import time
 import warnings
 
 import torch
@@ -30,6 +37,11 @@ from torch_neuronx.compiler import metrics
 _MAGIC = b"TNXNEFF2"
 _SUFFIX = ".neff"
 _HEADER = len(_MAGIC) + 32
+_ENTRY_SUFFIXES = (".neff", ".aot")
+_DEFAULT_MAX_SIZE = 10 * 2**30
+_STALE_TEMP_SECONDS = 3600  # a temporary file this old was left by a killed writer
+_SIZE = re.compile(r"(\d+(?:\.\d*)?)\s*([kmgt]?)(?:i?b)?", re.IGNORECASE)  # 500M, 10GB, 1.5GiB
+_UNIT = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 
 
 def cache_dir() -> str | None:
@@ -41,6 +53,24 @@ def cache_dir() -> str | None:
         return configured
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "torch_neuronx", "neff")
+
+
+def max_size() -> int | None:
+    """The size limit of the cache directory in bytes (TORCH_NEURONX_NEFF_CACHE_MAX_SIZE),
+    or None for no limit."""
+    raw = os.environ.get("TORCH_NEURONX_NEFF_CACHE_MAX_SIZE", "").strip()
+    if not raw:
+        return _DEFAULT_MAX_SIZE
+    if raw.lower() in ("-1", "unlimited", "none"):
+        return None
+    match = _SIZE.fullmatch(raw)
+    if match is None:
+        raise ValueError(
+            f"TORCH_NEURONX_NEFF_CACHE_MAX_SIZE={raw!r} is not a size. Use bytes with an optional "
+            "unit (e.g. 500M, 10G, 1.5GiB; K, M, G, T are powers of 1024), or -1 / unlimited for "
+            "no limit."
+        )
+    return int(float(match.group(1)) * _UNIT[match.group(2).lower()])
 
 
 @functools.lru_cache(maxsize=1)
@@ -123,7 +153,54 @@ def _read(path: pathlib.Path) -> bytes | None:
     if data[: len(_MAGIC)] != _MAGIC or hashlib.sha256(payload).digest() != data[len(_MAGIC):_HEADER]:
         _discard(path, "is corrupted or truncated")
         return None
+    try:
+        os.utime(path)  # recently used: the last to be evicted
+    except OSError:
+        pass  # evicted by another process meanwhile; the payload read is whole
     return payload
+
+
+def _entries(folder: pathlib.Path) -> list[tuple[float, int, pathlib.Path]]:
+    """(mtime, size, path) of each entry; stale temporary files are removed."""
+    found = []
+    now = time.time()
+    try:
+        listing = list(os.scandir(folder))
+    except FileNotFoundError:
+        return found
+    for item in listing:
+        try:
+            info = item.stat()
+        except FileNotFoundError:
+            continue  # removed by another process
+        if item.name.startswith(".tmp-"):
+            if now - info.st_mtime > _STALE_TEMP_SECONDS:
+                pathlib.Path(item.path).unlink(missing_ok=True)
+        elif item.name.endswith(_ENTRY_SUFFIXES) and item.is_file():
+            found.append((info.st_mtime, info.st_size, pathlib.Path(item.path)))
+    return found
+
+
+def evict(keep: pathlib.Path | None = None) -> int:
+    """Deletes the least recently used entries until the directory is under
+    max_size() (never `keep`, the entry just written); returns how many."""
+    folder, limit = cache_dir(), max_size()
+    if folder is None or limit is None:
+        return 0
+    entries = sorted(_entries(pathlib.Path(folder)))
+    total = sum(size for _, size, _ in entries)
+    evicted = freed = 0
+    for _, size, path in entries:
+        if total <= limit:
+            break
+        if path == keep:
+            continue
+        path.unlink(missing_ok=True)
+        total -= size
+        evicted, freed = evicted + 1, freed + size
+    if evicted:
+        metrics.record_eviction(evicted, freed, folder, limit)
+    return evicted
 
 
 def _write(path: pathlib.Path, payload: bytes) -> None:
@@ -150,6 +227,7 @@ def store_bytes(key: str, suffix: str, payload: bytes) -> None:
     path = _path(key, suffix)
     if path is not None:
         _write(path, payload)
+        evict(keep=path)
 
 
 def load(key: str):

@@ -28,6 +28,13 @@ def record_cache_hit(where: str) -> None:
     _log.debug("executable cache hit (%s)", where)
 
 
+def record_eviction(entries: int, freed: int, folder: str, limit: int) -> None:
+    with _lock:
+        _counts["cache_evictions"] += entries
+    _log.info("evicted %d cache entries (%.1f MB) from %s to stay under %.1f MB "
+              "(TORCH_NEURONX_NEFF_CACHE_MAX_SIZE)", entries, freed / 2**20, folder, limit / 2**20)
+
+
 def record_graph(kind: str) -> None:
     with _lock:
         _counts[f"{kind}_graphs"] += 1
@@ -51,6 +58,7 @@ def snapshot() -> dict:
             "cache_hits_disk": _counts["cache_hits_disk"],
             "cache_hits_corrupt": _counts["cache_hits_corrupt"],
             "cache_hits_aot": _counts["cache_hits_aot"],
+            "cache_evictions": _counts["cache_evictions"],
             "forward_graphs": _counts["forward_graphs"],
             "backward_graphs": _counts["backward_graphs"],
             "inference_graphs": _counts["inference_graphs"],

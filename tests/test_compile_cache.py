@@ -138,6 +138,54 @@ def test_entry_from_an_incompatible_build_is_discarded(tmp_path, monkeypatch):
     assert metrics.snapshot()["cache_hits_corrupt"] == 1
 
 
+UNUSABLE_SCRIPT = textwrap.dedent(
+    """
+    import warnings, torch, torch_neuronx
+    warnings.simplefilter("always")
+    fn = lambda x: torch.sin(x) * 2 + 1
+    compiled = torch.compile(fn, backend="neuron")
+    x = torch.linspace(-3, 3, 64)
+    with warnings.catch_warnings(record=True) as caught:
+        out = compiled(x.to("neuron"))
+    torch.testing.assert_close(out.cpu(), fn(x), rtol=1e-6, atol=1e-6)
+    messages = [str(w.message) for w in caught if "compiled-graph cache" in str(w.message)]
+    print(len(messages)); print(messages[0] if messages else "")
+    """
+)
+
+
+def test_an_unusable_cache_directory_warns_once_and_compiles_without_it(tmp_path):
+    """A cache path that cannot be a directory (here under a regular file; the
+    same path a read-only or full disk takes) costs the disk cache, not the run."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    env = dict(os.environ, TORCH_NEURONX_NEFF_CACHE_DIR=str(blocker / "neff"))
+    proc = subprocess.run([sys.executable, "-c", UNUSABLE_SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    count, message = proc.stdout.strip().splitlines()[-2:]
+    assert count == "1"  # once per directory, though reads and writes of several entries fail
+    assert "cannot read the compiled-graph cache" in message or "cannot write to" in message
+    assert "TORCH_NEURONX_NEFF_CACHE_DIR" in message and "TORCH_NEURONX_NEFF_DISABLE_CACHE=1" in message
+
+
+def test_a_full_disk_costs_the_entry_not_the_compile(tmp_path, monkeypatch):
+    import errno
+
+    from torch_neuronx.compiler import cache
+
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "full"))
+    monkeypatch.setattr(cache, "_warned_unusable", set())
+
+    def no_space(path, payload):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cache, "_write", no_space)
+    with pytest.warns(UserWarning, match="cannot write to the compiled-graph cache.*No space left"):
+        cache.store_bytes("k", ".neff", b"payload")
+    assert cache.load_bytes("k", ".neff") is None
+
+
 # ---------------------------------------------------------------- size limit (eviction)
 def _entry_at(cache, key, suffix, size, mtime):
     """Stores a `size`-byte payload under key and dates it `mtime`."""

@@ -133,7 +133,16 @@ def _discard(path: pathlib.Path, why: str) -> None:
         f"torch_neuronx: compiled-graph cache entry {path} {why}; it was removed and the graph is "
         "recompiled."
     )
-    path.unlink(missing_ok=True)
+    _remove(path)
+
+
+def _remove(path: pathlib.Path) -> bool:
+    """Deletes path if it is there; False when it cannot be (a read-only cache)."""
+    try:
+        path.unlink(missing_ok=True)
+        return True
+    except OSError:
+        return False
 
 
 def discard(key: str, suffix: str, why: str) -> None:
@@ -144,10 +153,30 @@ def discard(key: str, suffix: str, why: str) -> None:
         _discard(path, why)
 
 
+_warned_unusable: set[str] = set()
+
+
+def _unusable(path: pathlib.Path, action: str, error: OSError) -> None:
+    """Warns once per directory that the disk cache cannot be used there; the
+    graph still compiles and runs, only without the disk cache."""
+    folder = str(path.parent)
+    if folder not in _warned_unusable:
+        _warned_unusable.add(folder)
+        warnings.warn(
+            f"torch_neuronx: cannot {action} the compiled-graph cache in {folder} "
+            f"({type(error).__name__}: {error}); compiling without it. Point "
+            "TORCH_NEURONX_NEFF_CACHE_DIR at a writable directory, or set "
+            "TORCH_NEURONX_NEFF_DISABLE_CACHE=1 to turn the disk cache off."
+        )
+
+
 def _read(path: pathlib.Path) -> bytes | None:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
+        return None
+    except OSError as error:  # not a directory, no permission, I/O error: a miss
+        _unusable(path, "read", error)
         return None
     payload = data[_HEADER:]
     if data[: len(_MAGIC)] != _MAGIC or hashlib.sha256(payload).digest() != data[len(_MAGIC):_HEADER]:
@@ -166,16 +195,16 @@ def _entries(folder: pathlib.Path) -> list[tuple[float, int, pathlib.Path]]:
     now = time.time()
     try:
         listing = list(os.scandir(folder))
-    except FileNotFoundError:
+    except OSError:
         return found
     for item in listing:
         try:
             info = item.stat()
-        except FileNotFoundError:
+        except OSError:
             continue  # removed by another process
         if item.name.startswith(".tmp-"):
             if now - info.st_mtime > _STALE_TEMP_SECONDS:
-                pathlib.Path(item.path).unlink(missing_ok=True)
+                _remove(pathlib.Path(item.path))
         elif item.name.endswith(_ENTRY_SUFFIXES) and item.is_file():
             found.append((info.st_mtime, info.st_size, pathlib.Path(item.path)))
     return found
@@ -195,7 +224,8 @@ def evict(keep: pathlib.Path | None = None) -> int:
             break
         if path == keep:
             continue
-        path.unlink(missing_ok=True)
+        if not _remove(path):
+            continue  # not ours to delete (permissions): leave it
         total -= size
         evicted, freed = evicted + 1, freed + size
     if evicted:
@@ -211,7 +241,7 @@ def _write(path: pathlib.Path, payload: bytes) -> None:
             handle.write(_MAGIC + hashlib.sha256(payload).digest() + payload)
         os.replace(temp, path)
     except BaseException:
-        pathlib.Path(temp).unlink(missing_ok=True)
+        _remove(pathlib.Path(temp))
         raise
 
 
@@ -225,9 +255,14 @@ def load_bytes(key: str, suffix: str) -> bytes | None:
 def store_bytes(key: str, suffix: str, payload: bytes) -> None:
     """Stores payload under key (nothing when the disk cache is off)."""
     path = _path(key, suffix)
-    if path is not None:
+    if path is None:
+        return
+    try:
         _write(path, payload)
-        evict(keep=path)
+    except OSError as error:  # read-only or full disk, not a directory: keep going without it
+        _unusable(path, "write to", error)
+        return
+    evict(keep=path)
 
 
 def load(key: str):

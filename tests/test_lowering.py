@@ -62,7 +62,7 @@ LOOSE = (1e-5, 1e-5)
 LOOSE_OPS = {
     # contractions over many terms: XLA's dot/convolution sum in a different order than
     # MKL/oneDNN (everything else, transcendental functions included, passes TIGHT)
-    "mm", "bmm", "mv", "dot", "vdot", "addmm", "baddbmm", "addmv", "addbmm", "addr",
+    "mm", "bmm", "mv", "dot", "vdot", "addmm", "baddbmm", "addmv", "addbmm", "addr", "_grouped_mm",
     "convolution", "convolution_backward", "_cdist_forward", "_cdist_backward",
     "_fft_r2c", "_fft_c2c", "_fft_c2r",  # XLA's FFT (ducc) vs PyTorch's pocketfft/MKL: other summation order
 }
@@ -494,6 +494,19 @@ def _encoder_layer_cases():
             case(False, False, float_padding, 1), case(True, False, full, 2)]
 
 
+def _grouped_mm_cases():
+    """torch._grouped_mm's four forms (MoE experts and their backward), with an
+    empty group and groups of uneven sizes; offsets are int32, as PyTorch requires."""
+    offs = torch.tensor([8, 8, 20, 32], dtype=torch.int32)  # group 1 is empty
+    rows, experts = _t(32, 16, low=-1, high=1), _t(4, 16, 8, low=-1, high=1, seed=1)
+    return [
+        _direct(aten._grouped_mm.default, rows, experts, offs),  # 2D x 3D: tokens x expert weights
+        _direct(aten._grouped_mm.default, rows.t().contiguous(), _t(32, 8, seed=2), offs),  # 2D x 2D: weight grads
+        _direct(aten._grouped_mm.default, _t(4, 8, 16, seed=3), rows.t().contiguous(), offs),  # 3D x 2D
+        _direct(aten._grouped_mm.default, _t(4, 8, 16, seed=3), experts),  # 3D x 3D, no offsets
+    ]
+
+
 def _direct_cases():
     """Ops OpInfo does not reach (or reaches only in one form), and the semantics the
     compiler depends on: promotion, rounding modes, dtypes of reductions, dims, slicing."""
@@ -778,6 +791,7 @@ def _direct_cases():
         _attention_backward(q.repeat(1, 2, 1, 1) * 0.5, k, v, False, None),
         _attention_backward(q.repeat(1, 2, 1, 1) * 0.5, k[:, :, :5], v[:, :, :5], True, None),
         *_encoder_layer_cases(),
+        *_grouped_mm_cases(),
         # grid sampling: bilinear / nearest x zeros / border / reflection padding x align_corners
         *[_direct(aten.grid_sampler_2d.default, img, _t(2, 4, 5, 2, low=-1.6, high=1.6), mode, padding, align)
           for mode, padding, align in [(0, 0, False), (0, 1, True), (0, 2, False), (0, 2, True), (1, 0, True),

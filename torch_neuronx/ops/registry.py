@@ -45,7 +45,7 @@ COMPUTE = """
     complex conj_physical copysign cos cosh count_nonzero cummax cummin cumprod cumsum
     deg2rad digamma div dot elu elu_backward embedding_dense_backward eq erf erfc erfinv exp
     exp2 expm1 exponential eye floor floor_divide fmax fmin fmod frac gcd ge gelu gelu_backward
-    geometric glu glu_backward grid_sampler_2d grid_sampler_2d_backward gt hardshrink
+    geometric glu glu_backward grid_sampler_2d _grouped_mm grid_sampler_2d_backward gt hardshrink
     hardshrink_backward hardsigmoid hardsigmoid_backward hardswish hardswish_backward hardtanh
     hardtanh_backward heaviside huber_loss huber_loss_backward hypot i0 igamma igammac
     isin isinf isnan isneginf isposinf kthvalue lcm le leaky_relu leaky_relu_backward lerp

@@ -135,6 +135,57 @@ def test_size_history_from_another_backend_keeps_neuron_traces_static():
     assert get_dynamo_metrics()["compiles"] == 2  # one static executable per shape
 
 
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_default_backend_on_neuron_compiles_with_the_neuron_backend(mode, monkeypatch):
+    """torch.compile(model) as CUDA scripts write it: Inductor cannot generate
+    code for neuron, so graphs on neuron go to the neuron backend (one warning
+    per process), forward and backward, and new shapes recompile statically
+    (Dynamo's automatic dynamic shapes would otherwise make them symbolic)."""
+    from torch_neuronx.compiler import default_backend
+
+    monkeypatch.setattr(default_backend, "_warned", [False])
+    eager = mlp().to(DEVICE)
+    compiled_model = copy.deepcopy(eager)
+    compiled = torch.compile(compiled_model) if mode is None else torch.compile(compiled_model, mode=mode)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for rows in (8, 5, 3):
+            x = torch.randn(rows, 16, device=DEVICE)
+            out = compiled(x)
+            out.square().mean().backward()
+            eager(x).square().mean().backward()
+            torch.testing.assert_close(out, eager(x), rtol=1e-4, atol=1e-4)
+    for p_eager, p_compiled in zip(eager.parameters(), compiled_model.parameters()):
+        torch.testing.assert_close(p_compiled.grad, p_eager.grad, rtol=1e-4, atol=1e-4)
+    redirects = [w for w in caught if "Inductor (the default backend)" in str(w.message)]
+    assert len(redirects) == 1 and "backend='neuron'" in str(redirects[0].message)
+    metrics = get_dynamo_metrics()
+    assert (metrics["forward_graphs"], metrics["backward_graphs"], metrics["recompiles"]) == (3, 3, 2)
+    assert all("size mismatch" in reason for reason in metrics["recompile_reasons"])
+
+
+def test_default_backend_keeps_inductor_for_graphs_off_neuron(monkeypatch):
+    """Graphs on CPU still reach Inductor (its compile_fx, stubbed here: a real
+    Inductor compile takes seconds) and do not warn."""
+    import torch._inductor.compile_fx as inductor
+
+    reached = []
+
+    def compile_fx(model_, inputs_, **kwargs):
+        reached.append(tuple(t.device.type for t in inputs_ if isinstance(t, torch.Tensor)))
+        return model_
+
+    monkeypatch.setattr(inductor, "compile_fx", compile_fx)
+    fn = torch.compile(lambda x: x.sin() + 1)
+    x = torch.randn(4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.testing.assert_close(fn(x), x.sin() + 1)
+    assert reached == [("cpu",)]
+    assert not [w for w in caught if "Inductor (the default backend)" in str(w.message)]
+    assert get_dynamo_metrics()["compiles"] == 0
+
+
 def test_dynamic_true_is_rejected_with_a_clear_error():
     model = torch.compile(mlp().to(DEVICE), backend="neuron", dynamic=True)
     with pytest.raises(Exception, match="dynamic"):

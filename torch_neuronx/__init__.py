@@ -83,6 +83,10 @@ from torch_neuronx.nki_ops import nki_op, wrap_nki  # noqa: E402  (torch_neuronx
 
 integrations.install()  # patches HF libraries' neuron gaps when (if ever) they are imported
 
+from torch_neuronx.compiler import default_backend  # noqa: E402
+
+default_backend.install()  # torch.compile(model) (Inductor, the default) on neuron tensors -> "neuron"
+
 
 def get_dynamo_metrics() -> dict:
     """torch.compile(backend="neuron") counters: compiles, cache hits, graph breaks, ..."""

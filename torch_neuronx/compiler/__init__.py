@@ -116,6 +116,15 @@ def _is_neuron(compiler_fn) -> bool:
     return getattr(fn, "compiler_fn", fn) is neuron_backend
 
 
+def _compiles_for_neuron(backend, frame_locals: dict) -> bool:
+    """Whether Dynamo compiles this frame for neuron: with this backend, or with
+    torch.compile's default backend on neuron tensors (compiler/default_backend.py)."""
+    from torch_neuronx.compiler import default_backend
+
+    return _is_neuron(backend) or (
+        default_backend.is_default_inductor(backend) and default_backend.on_neuron(frame_locals.values()))
+
+
 def _install_dynamo_hooks() -> None:
     """Wraps two Dynamo internals, once per process:
 
@@ -135,7 +144,8 @@ def _install_dynamo_hooks() -> None:
 
     def compile_static(*args, **kwargs):
         backend = kwargs["compiler_fn"] if "compiler_fn" in kwargs else args[5]
-        if config.automatic_dynamic_shapes and _is_neuron(backend):
+        frame_locals = kwargs["locals"] if "locals" in kwargs else args[2]
+        if config.automatic_dynamic_shapes and _compiles_for_neuron(backend, frame_locals):
             with config.patch(automatic_dynamic_shapes=False):
                 return compile_frame(*args, **kwargs)
         return compile_frame(*args, **kwargs)
@@ -144,7 +154,7 @@ def _install_dynamo_hooks() -> None:
 
     def reasons_and_record(cache_entries, frame, backend, *args, **kwargs):
         reasons = reasons_of(cache_entries, frame, backend, *args, **kwargs)
-        if _is_neuron(backend):
+        if _compiles_for_neuron(backend, frame.f_locals):
             code = frame.f_code
             first = reasons[0].splitlines()[0] if reasons else "unknown guard failure"
             metrics.record_recompile(f"{code.co_name} ({code.co_filename}:{code.co_firstlineno}): {first}")

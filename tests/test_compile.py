@@ -485,3 +485,28 @@ def test_unlowered_op_in_the_backward_raises_when_the_backward_runs(tmp_path, mo
     torch.testing.assert_close(out.cpu(), model(x).cpu(), rtol=1e-5, atol=1e-5)
     with pytest.raises(NeuronCompileError, match="aten.mm.default"):
         out.sum().backward()
+
+
+IMPORT_SCRIPT = """
+import sys, torch, torch_neuronx
+fn = torch.compile(lambda x: (x.sin() * 2).sum(), backend="neuron")
+x = torch.randn(8, device="neuron", requires_grad=True)
+fn(x).backward()
+assert torch.allclose(x.grad.cpu(), 2 * x.detach().cpu().cos(), atol=1e-5)
+print("torch._inductor.debug" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("compile_debug", ["0", "1"])
+def test_compiling_does_not_import_inductor_debug_unless_compile_debug_is_on(compile_debug, tmp_path):
+    """PyTorch's aot_autograd() helper imports torch._inductor.debug (0.15 s per
+    process) for TORCH_COMPILE_DEBUG's logs; the backend skips it otherwise, and
+    still uses the helper, logs and all, when that is set."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TORCH_COMPILE_DEBUG=compile_debug, TORCH_NEURONX_NEFF_DISABLE_CACHE="1")
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", IMPORT_SCRIPT], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == ("True" if compile_debug == "1" else "False")

@@ -174,9 +174,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
             f"torch.compile(mode={mode!r}) is ignored on neuron: only mode='default' exists."
         )
     _check_inputs(example_inputs)
-    from torch._dynamo.backends.common import aot_autograd
-
-    backend = aot_autograd(
+    options = dict(
         fw_compiler=_compiler("forward"),
         bw_compiler=_compiler("backward"),
         inference_compiler=_compiler("inference"),
@@ -189,7 +187,40 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
     from torch_neuronx.compiler import aot_cache
 
     with aot_cache.enabled():  # a graph seen by an earlier process skips AOTAutograd's tracing
-        return backend(gm, example_inputs)
+        return _aot_autograd(gm, example_inputs, **options)
+
+
+def _aot_autograd(gm: torch.fx.GraphModule, example_inputs, **options):
+    """What PyTorch's aot_autograd() backend helper (torch._dynamo.backends.common)
+    does for this backend, without its `torch._inductor.debug` import: that
+    import costs every process 0.15 s (Inductor's scheduler and IR modules)
+    and serves only TORCH_COMPILE_DEBUG's AOTAutograd logs, so the helper
+    itself still runs when that is set, and for graphs with nested inputs
+    (compiled autograd), which it flattens first."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._dynamo import disable
+    from torch._dynamo.utils import counters
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    if os.environ.get("TORCH_COMPILE_DEBUG", "0") == "1" or any(
+            isinstance(x, (list, tuple, dict)) for x in example_inputs):
+        return aot_autograd(**options)(gm, example_inputs)
+    backward = options["bw_compiler"]
+
+    def bw_compiler(*args, **kwargs):
+        # As the helper does: Dynamo traces neither the backward compiler nor
+        # the backward it returns.
+        compiled = disable(backward, reason="do not trace backward compiler function")(*args, **kwargs)
+        return disable(compiled, reason="do not trace generated backwards pass")
+
+    counters["aot_autograd"]["total"] += 1
+    try:
+        compiled = aot_module_simplified(gm, example_inputs, **{**options, "bw_compiler": bw_compiler})
+    except Exception:
+        counters["aot_autograd"]["not_ok"] += 1
+        raise
+    counters["aot_autograd"]["ok"] += 1
+    return disable(compiled, reason="do not trace AOT-compiled graph")
 
 
 def get_dynamo_metrics() -> dict:

@@ -586,8 +586,7 @@ def grouped_mm(a, b, offs=None, bias=None, out_dtype=None):
     if bias is not None:
         raise NotImplementedError("torch._grouped_mm: bias is not supported (as in PyTorch)")
     dtype = jax_dtype(out_dtype) if out_dtype is not None else a.dtype
-    accumulate = jnp.float32 if a.dtype in (jnp.float16, jnp.bfloat16) else None
-    contract = functools.partial(jnp.einsum, preferred_element_type=accumulate)
+    contract = functools.partial(jnp.einsum, preferred_element_type=acc_dtype(a.dtype))
     if offs is None:
         out = contract("gmk,gkn->gmn", a, b)
     elif a.ndim == 2 and b.ndim == 3:

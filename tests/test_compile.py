@@ -510,3 +510,40 @@ def test_compiling_does_not_import_inductor_debug_unless_compile_debug_is_on(com
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == ("True" if compile_debug == "1" else "False")
+
+
+def _split_by_counts(x, counts):
+    parts = x.split(counts.tolist(), dim=0)  # shapes from tensor values
+    return torch.cat([part * (i + 1) for i, part in enumerate(parts)])
+
+
+def _scale_by_positives(x):
+    return x * (x > 0).sum().item()
+
+
+@pytest.mark.parametrize("fn", [_split_by_counts, _scale_by_positives], ids=["tolist-split", "item"])
+def test_host_read_under_fullgraph_names_the_read_and_the_remedies(fn):
+    """With fullgraph=True Dynamo captures .item()/.tolist() in the graph; a
+    static-shape graph cannot contain them. The error names the line and the
+    ways out, not the symbolic-integer checks the read brought along; with
+    fullgraph=False Dynamo breaks the graph there and the result is right."""
+    x = torch.randn(6, 3, device=DEVICE)
+    args = (x, torch.tensor([2, 4], device=DEVICE)) if fn is _split_by_counts else (x,)
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed) as caught:
+        torch.compile(fn, backend="neuron", fullgraph=True)(*args)
+    message = str(caught.value)
+    line = fn.__code__.co_firstlineno + 1
+    assert "reads tensor values on the host" in message and f'line {line}, in {fn.__name__}' in message, message
+    assert "fullgraph=False" in message and "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0" in message
+    assert "built-in function" not in message and "sym_" not in message, message
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="neuron")(*args)
+    torch.testing.assert_close(got.cpu(), fn(*args).cpu())
+
+
+def test_host_read_runs_eagerly_with_fallback_execution(monkeypatch):
+    monkeypatch.setenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "0")
+    x, counts = torch.randn(6, 3, device=DEVICE), torch.tensor([2, 4], device=DEVICE)
+    with pytest.warns(UserWarning, match="running the inference graph eagerly"):
+        got = torch.compile(_split_by_counts, backend="neuron", fullgraph=True)(x, counts)
+    torch.testing.assert_close(got.cpu(), _split_by_counts(x, counts).cpu())

@@ -58,11 +58,7 @@ def _compiler(kind: str):
         if missing:
             listing = "\n".join(f"  {m.op}  at {m.source}" for m in missing)
             if _fallback_execution_disabled():
-                error = NeuronCompileError(
-                    f"torch.compile(backend='neuron'): {len(missing)} op(s) in the {kind} graph have no "
-                    f"StableHLO lowering:\n{listing}\nRewrite the code to avoid them, or set "
-                    "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0 to run such graphs eagerly."
-                )
+                error = NeuronCompileError(_unlowered_message(kind, missing, listing))
                 if kind == "backward":
                     # Raised when the backward runs: with the AOTAutograd result
                     # cache on, backward graphs arrive with the forward one, and a
@@ -71,13 +67,35 @@ def _compiler(kind: str):
                     return BoxedOutput(functools.partial(_raise, error))
                 raise error
             warnings.warn(
-                f"torch_neuronx: running a {kind} graph eagerly (TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0) "
+                f"torch_neuronx: running the {kind} graph eagerly (TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0) "
                 f"because these ops have no lowering:\n{listing}"
             )
             return BoxedOutput(lambda args: gm.forward(*args))
         return compile_graph(gm, example_inputs, kind)
 
     return compile_fn
+
+
+def _unlowered_message(kind: str, missing, listing: str) -> str:
+    from torch_neuronx.compiler.graph import HOST_READ
+
+    reads = [m.source for m in missing if m.op == str(HOST_READ)]
+    if reads:  # one cause users meet under fullgraph=True, with its own remedy
+        lines = "\n".join(f"  {source}" for source in dict.fromkeys(reads))
+        return (
+            f"torch.compile(backend='neuron'): the {kind} graph reads tensor values on the host "
+            f"(.item(), .tolist(), int(tensor), or a shape taken from a tensor's values) at:\n{lines}\n"
+            "Neuron compiles static-shape graphs, which cannot depend on tensor values. Compile with "
+            "fullgraph=False (Dynamo then breaks the graph at the read and runs it eagerly), move the "
+            "read out of the compiled region, or set TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0 to run "
+            "such graphs eagerly."
+            + ("" if len(reads) == len(missing) else f"\nAll ops without a StableHLO lowering:\n{listing}")
+        )
+    return (
+        f"torch.compile(backend='neuron'): {len(missing)} op(s) in the {kind} graph have no "
+        f"StableHLO lowering:\n{listing}\nRewrite the code to avoid them, or set "
+        "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0 to run such graphs eagerly."
+    )
 
 
 @functools.lru_cache(maxsize=1)

@@ -41,6 +41,18 @@ def _source_line(node: torch.fx.Node) -> str:
     return frames[-1] if frames else "(no source line recorded)"
 
 
+# .item(), .tolist(), int(tensor), ... in a graph: a tensor value read on the host.
+HOST_READ = torch.ops.aten._local_scalar_dense.default
+
+
+def _is_symbolic_arithmetic(node: torch.fx.Node) -> bool:
+    """Python arithmetic and checks on symbolic integers (the values a host read
+    produced, e.g. the bounds checks of x.split(t.tolist())): they exist only
+    because of that read, which is what gets reported."""
+    return not isinstance(node.target, torch._ops.OpOverload) and isinstance(
+        node.meta.get("val"), (torch.SymInt, torch.SymBool, torch.SymFloat))
+
+
 def unlowered_ops(gm: torch.fx.GraphModule) -> list[UnloweredOp]:
     from torch_neuronx.lowering import lookup
 
@@ -49,6 +61,7 @@ def unlowered_ops(gm: torch.fx.GraphModule) -> list[UnloweredOp]:
         for node in gm.graph.nodes
         if node.op == "call_function" and node.target is not operator.getitem
         and node.target is not torch.ops.aten.copy_.default and lookup(node.target) is None
+        and not _is_symbolic_arithmetic(node)
     ]
 
 

@@ -91,11 +91,23 @@ def _unlowered_message(kind: str, missing, listing: str) -> str:
             "such graphs eagerly."
             + ("" if len(reads) == len(missing) else f"\nAll ops without a StableHLO lowering:\n{listing}")
         )
+    hints = "".join(f"\n{_UNLOWERED_HINTS[m.op]}" for m in {m.op: m for m in missing}.values()
+                    if m.op in _UNLOWERED_HINTS)
     return (
         f"torch.compile(backend='neuron'): {len(missing)} op(s) in the {kind} graph have no "
-        f"StableHLO lowering:\n{listing}\nRewrite the code to avoid them, or set "
+        f"StableHLO lowering:\n{listing}{hints}\nRewrite the code to avoid them, or set "
         "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0 to run such graphs eagerly."
     )
+
+
+# Why an op cannot be lowered, where the reason is not the op being missing from the table.
+_UNLOWERED_HINTS = {
+    "while_loop_stack_output": (
+        "while_loop_stack_output is torch while_loop under autograd: its backward needs the values of "
+        "every iteration, and their number depends on tensor values, which a static-shape graph cannot "
+        "hold. Run the loop under torch.no_grad(), or write it as torch scan over a fixed number of steps."
+    ),
+}
 
 
 @functools.lru_cache(maxsize=1)

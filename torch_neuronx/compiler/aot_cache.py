@@ -42,6 +42,12 @@ class _Uncacheable(Exception):
     """The graph's behaviour is not decided by what the key covers."""
 
 
+# Control-flow higher-order ops (PyTorch's own cache refuses them, as its key
+# would not cover their subgraphs; this key does).
+_CONTROL_FLOW = {torch.ops.higher_order.cond, torch.ops.higher_order.while_loop, torch.ops.higher_order.scan,
+                 torch.ops.higher_order.map_impl}
+
+
 def _graph_digest(gm: torch.fx.GraphModule, digest) -> None:
     """The code of a Dynamo graph, its tensor constants, and its subgraphs
     (bodies of higher-order ops such as checkpoint), recursively."""
@@ -51,10 +57,13 @@ def _graph_digest(gm: torch.fx.GraphModule, digest) -> None:
     for node in gm.graph.nodes:
         if node.op == "call_module":  # its parameters would not be in the key
             raise _Uncacheable(f"graph calls module {node.target}")
-        try:
-            check_node_safe(node)  # only ops whose meaning their name decides
-        except BypassAOTAutogradCache as error:
-            raise _Uncacheable(str(error).splitlines()[0]) from None
+        if node.op == "call_function" and node.target in _CONTROL_FLOW:
+            pass  # their subgraphs, which decide what they compute, are digested below
+        else:
+            try:
+                check_node_safe(node)  # only ops whose meaning their name decides
+            except BypassAOTAutogradCache as error:
+                raise _Uncacheable(str(error).splitlines()[0]) from None
         if node.op != "get_attr":
             continue
         value = getattr(gm, node.target)

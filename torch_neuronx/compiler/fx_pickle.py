@@ -30,9 +30,16 @@ class _OpRef:
     overload: str
 
 
+@dataclass(frozen=True)
+class _HigherOrderRef:
+    name: str
+
+
 def _target_state(target):
     if isinstance(target, torch._ops.OpOverload):
         return _OpRef(target.namespace, target._opname, target._overloadname)
+    if isinstance(target, torch._ops.HigherOrderOperator):  # torch.cond, scan, ... (their
+        return _HigherOrderRef(target.name())                # subgraphs are stored as constants)
     if isinstance(target, str) or callable(target) and getattr(target, "__module__", None) in (
             "_operator", "operator", "builtins"):
         return target
@@ -42,6 +49,8 @@ def _target_state(target):
 def _target(state):
     if isinstance(state, _OpRef):
         return getattr(getattr(getattr(torch.ops, state.namespace), state.name), state.overload)
+    if isinstance(state, _HigherOrderRef):
+        return getattr(torch.ops.higher_order, state.name)
     return state
 
 
@@ -51,14 +60,19 @@ def dumps_state(gm: torch.fx.GraphModule) -> dict:
     for node in gm.graph.nodes:
         args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: _NodeRef(n.name))
         nodes.append((node.op, node.name, _target_state(node.target), args, kwargs))
-    constants = {}
+    constants, subgraphs = {}, {}
     for node in gm.graph.nodes:
         if node.op == "get_attr":
             value = getattr(gm, node.target)
-            if type(value) is not torch.Tensor or "." in node.target:
+            if "." in node.target:
+                raise pickle.PicklingError(f"graph constant {node.target} is nested")
+            if isinstance(value, torch.fx.GraphModule):
+                subgraphs[node.target] = dumps_state(value)
+            elif type(value) is torch.Tensor:
+                constants[node.target] = (value.detach().cpu(), str(value.device))
+            else:
                 raise pickle.PicklingError(f"graph constant {node.target} is a {type(value).__name__}")
-            constants[node.target] = (value.detach().cpu(), str(value.device))
-    return {"nodes": nodes, "constants": constants}
+    return {"nodes": nodes, "constants": constants, "subgraphs": subgraphs}
 
 
 def loads_state(state: dict) -> torch.fx.GraphModule:
@@ -75,4 +89,6 @@ def loads_state(state: dict) -> torch.fx.GraphModule:
     root = torch.nn.Module()
     for attribute, (value, device) in state["constants"].items():
         setattr(root, attribute, value.to(device))
+    for attribute, substate in state.get("subgraphs", {}).items():
+        setattr(root, attribute, loads_state(substate))
     return torch.fx.GraphModule(root, graph)

@@ -54,15 +54,59 @@ def _is_symbolic_arithmetic(node: torch.fx.Node) -> bool:
 
 
 def unlowered_ops(gm: torch.fx.GraphModule) -> list[UnloweredOp]:
+    """The ops of a graph, and of its subgraphs, that have no lowering."""
     from torch_neuronx.lowering import lookup
 
-    return [
+    missing = [
         UnloweredOp(str(node.target), _source_line(node))
         for node in gm.graph.nodes
         if node.op == "call_function" and node.target is not operator.getitem
         and node.target is not torch.ops.aten.copy_.default and lookup(node.target) is None
         and not _is_symbolic_arithmetic(node)
     ]
+    for node in gm.graph.nodes:
+        value = getattr(gm, node.target) if node.op == "get_attr" else None
+        if isinstance(value, torch.fx.GraphModule):
+            missing += unlowered_ops(value)
+    return missing
+
+
+def run_graph(gm: torch.fx.GraphModule, arrays, replaced=None) -> tuple[object, dict]:
+    """Traces an ATen graph through the lowering table with jax values:
+    (its outputs, the value of every node). Subgraphs (the branches and bodies
+    of control-flow ops such as torch.cond) are passed to their op's lowering
+    as functions of jax values. `replaced` maps in-place nodes to the node
+    whose value they take."""
+    from torch_neuronx import lowering
+
+    env = {}
+    placeholders = iter(arrays)
+    replaced = replaced or {}
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            env[node] = lowering.narrow_input(next(placeholders))
+        elif node.op == "get_attr":
+            value = getattr(gm, node.target)
+            if isinstance(value, torch.fx.GraphModule):
+                env[node] = functools.partial(_run_subgraph, value)
+            else:  # tensor constants made inside the function
+                env[node] = lowering.narrow_input(_as_jax(value.detach().cpu().contiguous()))
+        elif node.op == "call_function":
+            if node in replaced:
+                env[node] = env[replaced[node]]
+                continue
+            args = torch.fx.node.map_arg(node.args, lambda n: env[n])
+            kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+            if node.target is operator.getitem:
+                env[node] = args[0][args[1]]
+            else:
+                env[node] = lowering.lookup(node.target)(*args, **kwargs)
+    output = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    return torch.fx.node.map_arg(output, lambda n: env[n]), env
+
+
+def _run_subgraph(gm: torch.fx.GraphModule, *arrays):
+    return run_graph(gm, arrays)[0]
 
 
 def _emulate_fp64() -> bool:
@@ -142,27 +186,9 @@ class CompiledGraph:
     def _interpret(self, seed, *arrays):
         from torch_neuronx import lowering
 
-        env = {}
-        placeholders = iter(arrays)
         replaced = {node: src for _, src, node in self.mutations}
         with lowering.rng_scope(seed), lowering.fp64_rule(self.emulate_fp64):
-            for node in self.gm.graph.nodes:
-                if node.op == "placeholder":
-                    env[node] = lowering.narrow_input(next(placeholders))
-                elif node.op == "get_attr":  # tensor constants made inside the function
-                    constant = getattr(self.gm, node.target)
-                    env[node] = lowering.narrow_input(_as_jax(constant.detach().cpu().contiguous()))
-                elif node.op == "call_function":
-                    if node in replaced:
-                        env[node] = env[replaced[node]]
-                        continue
-                    args = torch.fx.node.map_arg(node.args, lambda n: env[n])
-                    kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
-                    if node.target is operator.getitem:
-                        env[node] = args[0][args[1]]
-                    else:
-                        env[node] = lowering.lookup(node.target)(*args, **kwargs)
-            outputs = torch.fx.node.map_arg(self.output_nodes, lambda n: env[n])
+            outputs, env = run_graph(self.gm, arrays, replaced)
             written = [env[src] for _, src, _ in self.mutations]
         return outputs, written
 
@@ -209,14 +235,23 @@ class CompiledGraph:
 
 
 def _graph_identity(gm: torch.fx.GraphModule) -> str:
-    """A digest of what the graph computes: its code and the values of the
-    tensor constants it reads (code alone names them, e.g. _tensor_constant0)."""
-    digest = hashlib.sha256(gm.code.encode())
+    """A digest of what the graph computes: its code, the values of the tensor
+    constants it reads (code alone names them, e.g. _tensor_constant0), and
+    the same for its subgraphs (branches and bodies of control-flow ops)."""
+    digest = hashlib.sha256()
+    _digest_graph(gm, digest)
+    return digest.hexdigest()
+
+
+def _digest_graph(gm: torch.fx.GraphModule, digest) -> None:
+    digest.update(gm.code.encode())
     for node in gm.graph.nodes:
         value = getattr(gm, node.target) if node.op == "get_attr" else None
         if isinstance(value, torch.Tensor):
             cache.update_with_tensor(digest, node.target, value)
-    return digest.hexdigest()
+        elif isinstance(value, torch.fx.GraphModule):
+            digest.update(node.target.encode())
+            _digest_graph(value, digest)
 
 
 def _device_of(args) -> torch.device:

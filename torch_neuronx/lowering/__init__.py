@@ -33,7 +33,7 @@ def lowering(*targets):
 
 def _load_table() -> None:
     from torch_neuronx.lowering import aten, random  # noqa: F401  (register the lowerings)
-    from torch_neuronx.lowering import fft, linalg, misc, optim  # noqa: F401
+    from torch_neuronx.lowering import control_flow, fft, linalg, misc, optim  # noqa: F401
 
 
 def lookup(target) -> Callable | None:

@@ -111,9 +111,9 @@ def test_while_loop_under_autograd_is_a_clear_error():
 WARM_SCRIPT = """
 import json, sys, torch, torch_neuronx
 sys.path.insert(0, sys.argv[1])
-from test_control_flow import branchy, running_sum
+from test_control_flow import branchy, reused_region, running_sum
 out = {}
-for name, fn in (("cond", branchy), ("scan", running_sum)):
+for name, fn in (("cond", branchy), ("scan", running_sum), ("region", reused_region)):
     x = torch.linspace(-1, 2, 15).reshape(5, 3).to("neuron").requires_grad_()
     y = torch.compile(fn, backend="neuron", fullgraph=True)(x)
     y.sum().backward()
@@ -133,5 +133,29 @@ def test_second_process_loads_control_flow_graphs_from_the_disk_cache(tmp_path):
                               env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    assert runs[0]["aot"] == 0 and runs[1]["aot"] == 2, runs
+    assert runs[0]["aot"] == 0 and runs[1]["aot"] == 3, runs
     assert runs[1]["out"] == runs[0]["out"]
+
+
+@torch.compiler.nested_compile_region
+def _region(x):
+    return x.sin() * 2 + x
+
+
+def reused_region(x):
+    return _region(_region(x)) + _region(x * 3)
+
+
+def test_nested_compile_region_is_traced_inline_forward_and_backward():
+    """torch.compiler.nested_compile_region: the region's graph, called at three
+    places (invoke_subgraph), forward and backward in one graph each."""
+    x = torch.randn(5, 3, generator=torch.Generator().manual_seed(4))
+    want = x.clone().requires_grad_()
+    (reused_region(want) ** 2).sum().backward()
+    got = x.to("neuron").requires_grad_()
+    out = torch.compile(reused_region, backend="neuron", fullgraph=True)(got)
+    (out ** 2).sum().backward()
+    torch.testing.assert_close(out.detach().cpu(), reused_region(x), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got.grad.cpu(), want.grad, rtol=1e-4, atol=1e-4)
+    metrics = get_dynamo_metrics()
+    assert (metrics["forward_graphs"], metrics["backward_graphs"], metrics["graph_breaks"]) == (1, 1, 0), metrics

@@ -45,7 +45,7 @@ class _Uncacheable(Exception):
 # Control-flow higher-order ops (PyTorch's own cache refuses them, as its key
 # would not cover their subgraphs; this key does).
 _CONTROL_FLOW = {torch.ops.higher_order.cond, torch.ops.higher_order.while_loop, torch.ops.higher_order.scan,
-                 torch.ops.higher_order.map_impl}
+                 torch.ops.higher_order.map_impl, torch.ops.higher_order.invoke_subgraph}
 
 
 def _graph_digest(gm: torch.fx.GraphModule, digest) -> None:

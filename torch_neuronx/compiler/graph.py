@@ -53,10 +53,11 @@ def _is_symbolic_arithmetic(node: torch.fx.Node) -> bool:
         node.meta.get("val"), (torch.SymInt, torch.SymBool, torch.SymFloat))
 
 
-def unlowered_ops(gm: torch.fx.GraphModule) -> list[UnloweredOp]:
+def unlowered_ops(gm: torch.fx.GraphModule, _seen=None) -> list[UnloweredOp]:
     """The ops of a graph, and of its subgraphs, that have no lowering."""
     from torch_neuronx.lowering import lookup
 
+    seen = set() if _seen is None else _seen  # a subgraph called at several places is listed once
     missing = [
         UnloweredOp(str(node.target), _source_line(node))
         for node in gm.graph.nodes
@@ -66,8 +67,9 @@ def unlowered_ops(gm: torch.fx.GraphModule) -> list[UnloweredOp]:
     ]
     for node in gm.graph.nodes:
         value = getattr(gm, node.target) if node.op == "get_attr" else None
-        if isinstance(value, torch.fx.GraphModule):
-            missing += unlowered_ops(value)
+        if isinstance(value, torch.fx.GraphModule) and id(value) not in seen:
+            seen.add(id(value))
+            missing += unlowered_ops(value, seen)
     return missing
 
 

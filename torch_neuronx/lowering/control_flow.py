@@ -8,7 +8,8 @@ lax.scan / lax.map: the control flow stays inside the one compiled
 executable, decided on the device by tensor values, as on Trainium, instead
 of breaking the graph. AOTAutograd differentiates cond, scan and map itself
 (their backward graphs hold the same ops), so training through them compiles
-too.
+too. invoke_subgraph (torch.compiler.nested_compile_region) is a plain call
+of its subgraph, traced inline.
 """
 
 from __future__ import annotations
@@ -73,3 +74,10 @@ def map_impl(body_fn, xs, pos_args):
     """body_fn(*x slices, *pos_args) for every slice along dim 0 of xs, stacked."""
     extra = tuple(pos_args)
     return lax.map(lambda slices: _tuple(body_fn(*slices, *extra)), tuple(xs))
+
+
+@lowering(higher_order.invoke_subgraph)
+def invoke_subgraph(subgraph, identifier, *operands):
+    """A region compiled once by PyTorch and called at several places; here
+    each call is traced inline into the one module."""
+    return _tuple(subgraph(*operands))

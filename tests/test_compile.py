@@ -384,6 +384,38 @@ def test_custom_op_inside_a_compiled_region_splits_the_graph():
     assert get_dynamo_metrics()["compiles"] >= 2  # the pieces around the custom op
 
 
+@torch.library.custom_op("neuron_test::triple_into", mutates_args=("out",))
+def triple_into(x: torch.Tensor, out: torch.Tensor) -> None:
+    out.copy_(x * 3)
+
+
+@triple_into.register_fake
+def _(x, out):
+    return None
+
+
+def test_custom_op_that_writes_its_output_in_place_inside_a_compiled_region():
+    """mutates_args (how NKI kernels write outputs): AOTAutograd wraps the op in
+    auto_functionalized; the graph is split around it as around any custom op,
+    and a mutated graph input is written back."""
+    def into_scratch(x):
+        scratch = torch.empty_like(x)
+        triple_into(x.sin(), scratch)
+        return scratch + 1
+
+    def into_argument(x, out):
+        triple_into(x.cos(), out)
+        return out * 2
+
+    x = torch.randn(4, 3, device=DEVICE)
+    got = torch.compile(into_scratch, backend="neuron", fullgraph=True)(x)
+    torch.testing.assert_close(got, into_scratch(x), rtol=1e-5, atol=1e-5)
+    out, out_ref = torch.zeros(4, 3, device=DEVICE), torch.zeros(4, 3, device=DEVICE)
+    got = torch.compile(into_argument, backend="neuron", fullgraph=True)(x, out)
+    torch.testing.assert_close(got, into_argument(x, out_ref), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out, out_ref, rtol=1e-5, atol=1e-5)
+
+
 def test_tensor_constants_created_in_the_function_are_compiled():
     def f(x):
         return torch.where(x > 0, x, torch.tensor(-1e9, device=x.device))

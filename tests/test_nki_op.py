@@ -107,6 +107,17 @@ def test_mutates_args_writes_the_callers_tensor_in_place():
     torch.testing.assert_close(out.cpu(), (x * 3).cpu())
 
 
+def test_mutating_kernel_inside_a_compiled_region():
+    def scaled_plus_one(x):
+        out = torch.empty_like(x)
+        nki_scale_into(x * 2, out, 3.0)
+        return out + 1
+
+    x = torch.randn(64, 32, device=DEVICE)
+    got = torch.compile(scaled_plus_one, backend="neuron", fullgraph=True)(x)
+    torch.testing.assert_close(got.cpu(), (x * 6 + 1).cpu(), rtol=1e-5, atol=1e-5)
+
+
 def test_register_autograd_trains():
     torch.manual_seed(0)
     x = torch.randn(64, 48, device=DEVICE, requires_grad=True)

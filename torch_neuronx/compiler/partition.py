@@ -10,12 +10,23 @@ import torch
 import torch.fx
 
 
+def _is_custom_target(target) -> bool:
+    return isinstance(target, torch._ops.OpOverload) and target.namespace not in ("aten", "prims")
+
+
+# AOTAutograd functionalizes a custom op that mutates its arguments
+# (mutates_args, as NKI kernels writing their outputs in place) into one of
+# these, with the op as first argument; run eagerly, it clones the mutated
+# inputs, calls the op on the clones and returns them.
+_FUNCTIONALIZED = (torch.ops.higher_order.auto_functionalized, torch.ops.higher_order.auto_functionalized_v2)
+
+
 def is_custom_op(node: torch.fx.Node) -> bool:
-    target = node.target
-    return (
-        node.op == "call_function" and isinstance(target, torch._ops.OpOverload)
-        and target.namespace not in ("aten", "prims")
-    )
+    if node.op != "call_function":
+        return False
+    if node.target in _FUNCTIONALIZED:
+        return _is_custom_target(node.args[0])
+    return _is_custom_target(node.target)
 
 
 def split_around_custom_ops(gm: torch.fx.GraphModule, compile_piece) -> torch.fx.GraphModule:

@@ -553,19 +553,26 @@ def _scale_by_positives(x):
     return x * (x > 0).sum().item()
 
 
-@pytest.mark.parametrize("fn", [_split_by_counts, _scale_by_positives], ids=["tolist-split", "item"])
-def test_host_read_under_fullgraph_names_the_read_and_the_remedies(fn):
-    """With fullgraph=True Dynamo captures .item()/.tolist() in the graph; a
-    static-shape graph cannot contain them. The error names the line and the
-    ways out, not the symbolic-integer checks the read brought along; with
-    fullgraph=False Dynamo breaks the graph there and the result is right."""
+def _positive_sum(x):
+    return x[x > 0].sum()  # boolean-mask indexing: nonzero, a data-dependent shape
+
+
+@pytest.mark.parametrize("fn", [_split_by_counts, _scale_by_positives, _positive_sum],
+                         ids=["tolist-split", "item", "bool-mask-index"])
+def test_value_dependence_under_fullgraph_names_the_line_and_the_remedies(fn):
+    """With fullgraph=True Dynamo captures .item()/.tolist() and ops with
+    data-dependent output shapes in the graph; a static-shape graph cannot
+    contain them. The error names the op, the line and the ways out, not the
+    symbolic sizes and checks they brought along; with fullgraph=False Dynamo
+    breaks the graph there and the result is right."""
     x = torch.randn(6, 3, device=DEVICE)
     args = (x, torch.tensor([2, 4], device=DEVICE)) if fn is _split_by_counts else (x,)
     with pytest.raises(torch._dynamo.exc.BackendCompilerFailed) as caught:
         torch.compile(fn, backend="neuron", fullgraph=True)(*args)
     message = str(caught.value)
     line = fn.__code__.co_firstlineno + 1
-    assert "reads tensor values on the host" in message and f'line {line}, in {fn.__name__}' in message, message
+    assert "depends on tensor values" in message and f'line {line}, in {fn.__name__}' in message, message
+    assert "sym_size" not in message, message
     assert "fullgraph=False" in message and "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0" in message
     assert "built-in function" not in message and "sym_" not in message, message
     torch._dynamo.reset()

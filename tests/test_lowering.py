@@ -548,7 +548,9 @@ def _direct_cases():
         # conversions
         _direct(aten._to_copy.default, x, dtype=torch.int64), _direct(aten._to_copy.default, x, dtype=torch.bool),
         _direct(aten._to_copy.default, b, dtype=torch.float32), _direct(aten._to_copy.default, x, dtype=torch.bfloat16),
-        _direct(aten._to_copy.default, i, dtype=torch.bool), _direct(aten.copy.default, x, i[0]),
+        _direct(aten._to_copy.default, i, dtype=torch.bool),
+        _direct(torch.ops.prims.convert_element_type.default, x, torch.float64),
+        _direct(torch.ops.prims.convert_element_type.default, x, torch.int32), _direct(aten.copy.default, x, i[0]),
         _direct(aten.copy_.default, x.clone(), y), _direct(aten.lift_fresh_copy.default, x),
         _direct(aten.alias.default, x), _direct(aten.detach.default, x), _direct(aten.lift_fresh.default, x),
         _direct(aten._unsafe_view.default, x, [2, -1]), _direct(aten.view.dtype, x, torch.int32),

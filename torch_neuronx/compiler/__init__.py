@@ -77,22 +77,21 @@ def _compiler(kind: str):
 
 
 def _unlowered_message(kind: str, missing, listing: str) -> str:
-    from torch_neuronx.compiler.graph import HOST_READ
-
-    reads = [m.source for m in missing if m.op == str(HOST_READ)]
-    if reads:  # one cause users meet under fullgraph=True, with its own remedy
-        lines = "\n".join(f"  {source}" for source in dict.fromkeys(reads))
+    hints = "".join(f"\n{_UNLOWERED_HINTS[op]}" for op in dict.fromkeys(m.op for m in missing)
+                    if op in _UNLOWERED_HINTS)
+    dependent = [m for m in missing if m.value_dependent]
+    if dependent:  # one cause users meet under fullgraph=True, with its own remedies
+        lines = "\n".join(f"  {m.op}  at {m.source}" for m in dependent)
         return (
-            f"torch.compile(backend='neuron'): the {kind} graph reads tensor values on the host "
-            f"(.item(), .tolist(), int(tensor), or a shape taken from a tensor's values) at:\n{lines}\n"
-            "Neuron compiles static-shape graphs, which cannot depend on tensor values. Compile with "
-            "fullgraph=False (Dynamo then breaks the graph at the read and runs it eagerly), move the "
-            "read out of the compiled region, or set TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0 to run "
-            "such graphs eagerly."
-            + ("" if len(reads) == len(missing) else f"\nAll ops without a StableHLO lowering:\n{listing}")
+            f"torch.compile(backend='neuron'): the {kind} graph depends on tensor values at:\n{lines}{hints}\n"
+            "Neuron compiles static-shape graphs: a value read on the host (.item(), .tolist(), "
+            "int(tensor)) or an op whose output shape depends on the values (nonzero, boolean-mask "
+            "indexing x[mask], masked_select, unique, bincount) cannot be part of one. Compile with "
+            "fullgraph=False (Dynamo then breaks the graph there and runs that part eagerly), rewrite "
+            "with static shapes (torch.where(mask, x, 0) instead of x[mask]), move it out of the "
+            "compiled region, or set TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0 to run such graphs eagerly."
+            + ("" if len(dependent) == len(missing) else f"\nAll ops without a StableHLO lowering:\n{listing}")
         )
-    hints = "".join(f"\n{_UNLOWERED_HINTS[m.op]}" for m in {m.op: m for m in missing}.values()
-                    if m.op in _UNLOWERED_HINTS)
     return (
         f"torch.compile(backend='neuron'): {len(missing)} op(s) in the {kind} graph have no "
         f"StableHLO lowering:\n{listing}{hints}\nRewrite the code to avoid them, or set "

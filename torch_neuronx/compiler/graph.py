@@ -33,6 +33,7 @@ _EXECUTABLES_LOCK = threading.Lock()
 class UnloweredOp:
     op: str
     source: str
+    value_dependent: bool = False  # it makes a size or a Python value out of tensor values
 
 
 def _source_line(node: torch.fx.Node) -> str:
@@ -41,30 +42,44 @@ def _source_line(node: torch.fx.Node) -> str:
     return frames[-1] if frames else "(no source line recorded)"
 
 
-# .item(), .tolist(), int(tensor), ... in a graph: a tensor value read on the host.
-HOST_READ = torch.ops.aten._local_scalar_dense.default
+def _introduces_value_dependence(node: torch.fx.Node) -> bool:
+    """The node makes a symbol out of tensor values, which no input carried:
+    a host read (.item(), .tolist(): aten._local_scalar_dense) or an output
+    shape decided by the values (nonzero, x[mask], unique, ...). Under
+    fullgraph=True Dynamo keeps these in the graph ("unbacked" symbols); a
+    static-shape graph cannot hold them."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    def unbacked(value) -> bool:
+        return value is not None and bool(free_unbacked_symbols(value))
+
+    return unbacked(node.meta.get("val")) and not any(
+        unbacked(n.meta.get("val")) for n in node.all_input_nodes)
 
 
 def _is_symbolic_arithmetic(node: torch.fx.Node) -> bool:
-    """Python arithmetic and checks on symbolic integers (the values a host read
-    produced, e.g. the bounds checks of x.split(t.tolist())): they exist only
-    because of that read, which is what gets reported."""
-    return not isinstance(node.target, torch._ops.OpOverload) and isinstance(
-        node.meta.get("val"), (torch.SymInt, torch.SymBool, torch.SymFloat))
+    """Sizes and arithmetic on symbolic integers (derived from a value-dependent
+    op, e.g. the bounds checks of x.split(t.tolist()) or the sym_size of
+    nonzero's result): they exist only because of that op, which is what gets
+    reported."""
+    return isinstance(node.meta.get("val"), (torch.SymInt, torch.SymBool, torch.SymFloat))
 
 
 def unlowered_ops(gm: torch.fx.GraphModule, _seen=None) -> list[UnloweredOp]:
-    """The ops of a graph, and of its subgraphs, that have no lowering."""
+    """The ops of a graph, and of its subgraphs, that cannot be compiled: those
+    without a lowering, and those that depend on tensor values."""
     from torch_neuronx.lowering import lookup
 
     seen = set() if _seen is None else _seen  # a subgraph called at several places is listed once
-    missing = [
-        UnloweredOp(str(node.target), _source_line(node))
-        for node in gm.graph.nodes
-        if node.op == "call_function" and node.target is not operator.getitem
-        and node.target is not torch.ops.aten.copy_.default and lookup(node.target) is None
-        and not _is_symbolic_arithmetic(node)
-    ]
+    missing = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        if _introduces_value_dependence(node):
+            missing.append(UnloweredOp(str(node.target), _source_line(node), value_dependent=True))
+        elif node.target is not torch.ops.aten.copy_.default and lookup(node.target) is None \
+                and not _is_symbolic_arithmetic(node):
+            missing.append(UnloweredOp(str(node.target), _source_line(node)))
     for node in gm.graph.nodes:
         value = getattr(gm, node.target) if node.op == "get_attr" else None
         if isinstance(value, torch.fx.GraphModule) and id(value) not in seen:

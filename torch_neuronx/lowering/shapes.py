@@ -43,6 +43,13 @@ def to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocki
     return x.astype(target)
 
 
+@lowering(torch.ops.prims.convert_element_type)
+def convert_element_type(x, dtype):
+    """`x * t.item()` under fullgraph=True: PyTorch keeps the Python float a
+    tensor, converting it to float64 and back with this prim."""
+    return to_copy(x, dtype=dtype)
+
+
 @lowering(aten.clone, aten.alias, aten.lift_fresh_copy, aten.lift_fresh, aten.detach, aten.resolve_conj,
           aten.resolve_neg)
 def clone(x, memory_format=None):

@@ -17,12 +17,7 @@ import torch_neuronx  # noqa: F401
 from torch_neuronx.compiler import NeuronCompileError, get_dynamo_metrics, reset_dynamo_metrics
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    reset_dynamo_metrics()
-    yield
-    torch._dynamo.reset()
+from test_compile import fresh_dynamo  # noqa: E402,F401  (autouse: Dynamo and metrics reset per test)
 
 
 def branchy(x):

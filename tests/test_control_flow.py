@@ -14,7 +14,7 @@ from torch._higher_order_ops.scan import scan
 from torch._higher_order_ops.while_loop import while_loop
 
 import torch_neuronx  # noqa: F401
-from torch_neuronx.compiler import NeuronCompileError, get_dynamo_metrics, reset_dynamo_metrics
+from torch_neuronx.compiler import NeuronCompileError, get_dynamo_metrics
 
 
 from test_compile import fresh_dynamo  # noqa: E402,F401  (autouse: Dynamo and metrics reset per test)

@@ -48,32 +48,27 @@ _CONTROL_FLOW = {torch.ops.higher_order.cond, torch.ops.higher_order.while_loop,
                  torch.ops.higher_order.map_impl, torch.ops.higher_order.invoke_subgraph}
 
 
-def _graph_digest(gm: torch.fx.GraphModule, digest) -> None:
-    """The code of a Dynamo graph, its tensor constants, and its subgraphs
-    (bodies of higher-order ops such as checkpoint), recursively."""
+def _check_cacheable(node: torch.fx.Node, value) -> None:
+    """Raises _Uncacheable for a node whose meaning the key would not cover."""
     from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache, check_node_safe
 
-    digest.update(gm.code.encode())
-    for node in gm.graph.nodes:
-        if node.op == "call_module":  # its parameters would not be in the key
-            raise _Uncacheable(f"graph calls module {node.target}")
-        if node.op == "call_function" and node.target in _CONTROL_FLOW:
-            pass  # their subgraphs, which decide what they compute, are digested below
-        else:
-            try:
-                check_node_safe(node)  # only ops whose meaning their name decides
-            except BypassAOTAutogradCache as error:
-                raise _Uncacheable(str(error).splitlines()[0]) from None
-        if node.op != "get_attr":
-            continue
-        value = getattr(gm, node.target)
-        if isinstance(value, torch.fx.GraphModule):
-            digest.update(node.target.encode())
-            _graph_digest(value, digest)
-        elif isinstance(value, torch.Tensor) and type(value) in (torch.Tensor, torch.nn.Parameter):
-            cache.update_with_tensor(digest, node.target, value)
-        else:
-            raise _Uncacheable(f"constant {node.target} of type {type(value).__name__}")
+    if node.op == "call_module":  # its parameters would not be in the key
+        raise _Uncacheable(f"graph calls module {node.target}")
+    if not (node.op == "call_function" and node.target in _CONTROL_FLOW):  # their subgraphs are digested
+        try:
+            check_node_safe(node)  # only ops whose meaning their name decides
+        except BypassAOTAutogradCache as error:
+            raise _Uncacheable(str(error).splitlines()[0]) from None
+    if node.op == "get_attr" and not isinstance(value, torch.fx.GraphModule) \
+            and type(value) not in (torch.Tensor, torch.nn.Parameter):
+        raise _Uncacheable(f"constant {node.target} of type {type(value).__name__}")
+
+
+def _graph_digest(gm: torch.fx.GraphModule, digest) -> None:
+    """The code of a Dynamo graph, its tensor constants, and its subgraphs
+    (bodies of higher-order ops such as checkpoint), recursively, refusing
+    what the key would not cover."""
+    cache.update_with_graph(digest, gm, _check_cacheable)
 
 
 def _inputs_digest(args, digest) -> None:

@@ -122,6 +122,26 @@ def update_with_tensor(digest, name: str, tensor) -> None:
         digest.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
 
 
+def update_with_graph(digest, gm, check=None) -> None:
+    """Adds an FX graph to a key: its code, the values of the tensor constants
+    it reads (code alone names them, e.g. _tensor_constant0), and its
+    subgraphs (branches and bodies of higher-order ops), recursively.
+    `check(node, value)` sees every node first (value: a get_attr's attribute,
+    else None) and may raise to refuse the graph."""
+    import torch
+
+    digest.update(gm.code.encode())
+    for node in gm.graph.nodes:
+        value = getattr(gm, node.target) if node.op == "get_attr" else None
+        if check is not None:
+            check(node, value)
+        if isinstance(value, torch.fx.GraphModule):
+            digest.update(node.target.encode())
+            update_with_graph(digest, value, check)
+        elif isinstance(value, torch.Tensor):
+            update_with_tensor(digest, node.target, value)
+
+
 def _path(key: str, suffix: str) -> pathlib.Path | None:
     folder = cache_dir()
     return None if folder is None else pathlib.Path(folder) / (key + suffix)

@@ -252,23 +252,11 @@ class CompiledGraph:
 
 
 def _graph_identity(gm: torch.fx.GraphModule) -> str:
-    """A digest of what the graph computes: its code, the values of the tensor
-    constants it reads (code alone names them, e.g. _tensor_constant0), and
-    the same for its subgraphs (branches and bodies of control-flow ops)."""
+    """A digest of what the graph computes: its code, tensor constants and
+    subgraphs (cache.update_with_graph)."""
     digest = hashlib.sha256()
-    _digest_graph(gm, digest)
+    cache.update_with_graph(digest, gm)
     return digest.hexdigest()
-
-
-def _digest_graph(gm: torch.fx.GraphModule, digest) -> None:
-    digest.update(gm.code.encode())
-    for node in gm.graph.nodes:
-        value = getattr(gm, node.target) if node.op == "get_attr" else None
-        if isinstance(value, torch.Tensor):
-            cache.update_with_tensor(digest, node.target, value)
-        elif isinstance(value, torch.fx.GraphModule):
-            digest.update(node.target.encode())
-            _digest_graph(value, digest)
 
 
 def _device_of(args) -> torch.device:

@@ -161,3 +161,22 @@ def test_every_patch_applies_with_a_library_imported_first(first, torch_first):
     assert sorted(report["applied"]) == sorted(report["registered"]) == sorted(torch_first["registered"])
     assert report["tagged"] == torch_first["tagged"]
     assert report["fp16"] == "neuron"
+
+
+def test_patch_stays_pending_when_the_import_fails_and_applies_on_retry(tmp_path):
+    """A failed import applies nothing (the module is gone); the next import of it does."""
+    _fake_library(tmp_path)
+    (tmp_path / "fakelib" / "mod.py").write_text(
+        "import os\nif os.environ.pop('FAKELIB_FAIL_ONCE', None):\n    raise ImportError('once')\n"
+        "def device():\n    return 'cpu'\n")
+    out = _run(PATCH + """
+    import os
+    os.environ["FAKELIB_FAIL_ONCE"] = "1"
+    try:
+        import fakelib.mod
+    except ImportError:
+        pass
+    import fakelib.mod
+    print(fakelib.mod.device())
+    """, tmp_path)
+    assert out == "neuron"

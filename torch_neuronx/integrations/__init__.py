@@ -20,6 +20,7 @@ import importlib.machinery
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from types import ModuleType
 
@@ -119,7 +120,11 @@ def _run_pending_when_imported(spec: importlib.machinery.ModuleSpec) -> None:
     cls = type(spec)
     if getattr(cls, "_torch_neuronx_hook", False):
         return
-    spec.__class__ = type(cls.__name__, (cls,), {"_initializing": _FINISH, "_torch_neuronx_hook": True})
+    try:
+        spec.__class__ = type(cls.__name__, (cls,), {"_initializing": _FINISH, "_torch_neuronx_hook": True})
+    except TypeError:  # a finder's own spec class with a fixed layout (__slots__)
+        warnings.warn(f"torch_neuronx: {spec.name} is imported through a {cls.__name__}, which cannot "
+                      "be hooked: its neuron patches (docs/huggingface.md) are not applied.", stacklevel=2)
 
 
 def _get_initializing(spec) -> bool:

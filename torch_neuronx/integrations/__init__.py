@@ -2,7 +2,8 @@
 
 Each patch is a function registered with :func:`patches` against the module it
 fixes (``"accelerate.utils.modeling"``, ...). It runs right after that module
-finishes importing, or at once when the module is already imported, so users
+finishes importing (also when that import was already under way, e.g. a
+library imported before torch), or at once when it is already imported, so users
 import nothing Neuron-specific: the libraries just work. Importing this
 package imports none of the patched libraries.
 
@@ -19,11 +20,13 @@ import importlib.machinery
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from types import ModuleType
 
 _PENDING: dict[str, list[Callable[[ModuleType], None]]] = {}
 _APPLIED: list[str] = []
+_REGISTERED: list[str] = []
 _LOCK = threading.RLock()
 
 
@@ -32,12 +35,17 @@ def patches(module_name: str) -> Callable[[Callable[[ModuleType], None]], Callab
 
     def register(fn: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]:
         with _LOCK:
+            _REGISTERED.append(f"{module_name}:{fn.__name__}")
             module = sys.modules.get(module_name)
-            if module is not None and getattr(module, "__spec__", None) is not None \
-                    and not _is_initializing(module):
+            spec = getattr(module, "__spec__", None)
+            if module is not None and spec is not None and not _is_initializing(module):
                 _apply(fn, module)
-            else:
-                _PENDING.setdefault(module_name, []).append(fn)
+                return fn
+            _PENDING.setdefault(module_name, []).append(fn)
+            if spec is not None:
+                # Mid-import (e.g. `import accelerate` imported torch, which loaded this
+                # package, from inside accelerate.accelerator): its finder already ran.
+                _run_pending_when_imported(spec)
         return fn
 
     return register
@@ -78,6 +86,11 @@ def applied_patches() -> list[str]:
     return list(_APPLIED)
 
 
+def registered_patches() -> list[str]:
+    """Names (``module:function``) of every patch registered, applied or not."""
+    return list(_REGISTERED)
+
+
 def _is_initializing(module: ModuleType) -> bool:
     spec = getattr(module, "__spec__", None)
     return bool(getattr(spec, "_initializing", False))
@@ -95,26 +108,45 @@ def _run_pending(module: ModuleType) -> None:
         _apply(fn, module)
 
 
-class _PatchingLoader(importlib.abc.Loader):
-    """Wraps a module's real loader and applies its patches after it executes."""
+def _run_pending_when_imported(spec: importlib.machinery.ModuleSpec) -> None:
+    """Runs the module's pending patches right after its code has executed.
 
-    def __init__(self, loader: importlib.abc.Loader) -> None:
-        self._loader = loader
+    The import system marks that moment by setting ``spec._initializing = False``
+    (importlib._bootstrap._load_unlocked), whether the import started before or
+    after the patch was registered, so the spec's class is swapped (until then) for
+    a subclass whose ``_initializing`` setter applies the patches. Wrapping the
+    loader instead would miss a module whose ``exec_module`` is already running,
+    and re-checking at later imports would miss one that finishes last."""
+    cls = type(spec)
+    if getattr(cls, "_torch_neuronx_hook", False):
+        return
+    try:
+        spec.__class__ = type(cls.__name__, (cls,), {"_initializing": _FINISH, "_torch_neuronx_hook": True})
+    except TypeError:  # a finder's own spec class with a fixed layout (__slots__)
+        warnings.warn(f"torch_neuronx: {spec.name} is imported through a {cls.__name__}, which cannot "
+                      "be hooked: its neuron patches (docs/huggingface.md) are not applied.", stacklevel=2)
 
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
 
-    def exec_module(self, module: ModuleType) -> None:
-        self._loader.exec_module(module)
+def _get_initializing(spec) -> bool:
+    return spec.__dict__.get("_initializing", False)
+
+
+def _set_initializing(spec, value: bool) -> None:
+    spec.__dict__["_initializing"] = value
+    if value:
+        return
+    spec.__class__ = type(spec).__bases__[0]  # back to the plain spec class
+    module = sys.modules.get(spec.name)
+    if module is not None and module.__spec__ is spec:  # not a failed import (then still pending)
         _run_pending(module)
 
-    def __getattr__(self, name):  # get_source, get_filename, ... for tracebacks and inspect
-        return getattr(self._loader, name)
+
+_FINISH = property(_get_initializing, _set_initializing)
 
 
 class _PatchingFinder(importlib.abc.MetaPathFinder):
     """Finds nothing itself: for a module with pending patches it asks the other
-    finders for the spec and swaps in a loader that patches after execution."""
+    finders for the spec and has it run the patches once the module has executed."""
 
     def find_spec(self, fullname, path, target=None):
         if fullname not in _PENDING:
@@ -124,8 +156,7 @@ class _PatchingFinder(importlib.abc.MetaPathFinder):
                 continue
             spec = finder.find_spec(fullname, path, target)
             if spec is not None:
-                if spec.loader is not None and not isinstance(spec.loader, _PatchingLoader):
-                    spec.loader = _PatchingLoader(spec.loader)
+                _run_pending_when_imported(spec)
                 return spec
         return None
 

@@ -82,12 +82,12 @@ def native_overloads() -> list[tuple[str, int]]:
 _python_kernels: list[torch.library.Library] = []  # kept alive: a dropped Library unregisters
 
 
-def _register_python_kernels(kernels: dict) -> None:
-    """Native ops implemented in Python (ops/rnn.py, ops/histogram.py) for the neuron key."""
+def _register_python_kernels(kernels: dict, key: str = "PrivateUse1") -> None:
+    """Native ops implemented in Python (ops/rnn.py, ops/histogram.py, ops/sparse.py) for a neuron key."""
     library = torch.library.Library("aten", "IMPL")
     for name, kernel in kernels.items():
         _hide_from_dynamo(kernel)
-        library.impl(name, kernel, "PrivateUse1")
+        library.impl(name, kernel, key)
     _python_kernels.append(library)
 
 
@@ -103,12 +103,15 @@ def _hide_from_dynamo(kernel) -> None:
 
 
 def register() -> None:
-    from torch_neuronx.ops import histogram, rnn
+    from torch_neuronx.ops import histogram, rnn, sparse
 
     _C._register_native_ops(native_overloads())
     if not _python_kernels:
         _register_python_kernels(rnn.KERNELS)
         _register_python_kernels(histogram.KERNELS)
+        _register_python_kernels(sparse.KERNELS)
+        _register_python_kernels(sparse.CSR_KERNELS, "SparseCsrPrivateUse1")
+        sparse.register_fallbacks(_python_kernels)
 
 
 def apply_env_policies() -> None:

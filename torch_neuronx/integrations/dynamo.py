@@ -12,7 +12,11 @@ under fullgraph=True Dynamo's "Skip calling torch.compiler.disable()d function"
 error, as CUDA's raise "Attempted to call function marked as skipped").
 
 Applied when torch._dynamo is imported, not before: importing it costs about a
-second, and ``import torch`` must not pay for it.
+second, and ``import torch`` must not pay for it. The names are replaced, so a
+reference taken before that (``f = torch.neuron.get_rng_state`` ahead of the
+first ``torch.compile``) keeps the plain function; ``torch.neuron.<name>`` and
+``torch.get_device_module("neuron").<name>`` (what ``fork_rng`` uses) are looked
+up at each call and get the wrapped one.
 """
 
 from __future__ import annotations

@@ -314,3 +314,182 @@ def test_same_seed_same_numbers_across_processes():
     torch.manual_seed(2025)
     a = torch.randn(8, device="neuron").cpu().tolist()
     assert a == outputs[0][0]
+
+
+# --------------------------------------------------------------------------- under torch.compile
+# Compiled random ops draw their numbers with another algorithm than eager
+# (docs/compile.md), so values are compared between runs from the same state;
+# structure (shape, dtype, device) and the valid range are compared with eager.
+
+COMPILED_OPS = {
+    "randn": lambda x: torch.randn(x.shape, device=x.device) + x,
+    "dropout": lambda x: torch.nn.functional.dropout(x, 0.5, training=True),
+    "bernoulli": lambda x: torch.bernoulli(torch.full_like(x, 0.5)),
+    "normal": lambda x: torch.normal(x, 2.0),
+    "multinomial": lambda x: torch.multinomial(x + 1, 16),
+}
+
+
+@pytest.fixture
+def fresh_dynamo():
+    torch._dynamo.reset()
+    torch_neuronx.reset_dynamo_metrics()
+    yield
+    torch._dynamo.reset()
+
+
+def _compiled(fn):
+    return torch.compile(fn, backend="neuron")
+
+
+def _cpu(values):
+    return [v.cpu() for v in values]
+
+
+def _assert_like_eager(name, compiled, eager):
+    """Same structure as the eager run on neuron, and values an eager draw could take."""
+    for c, e in zip(compiled, eager):
+        assert c.device.type == "neuron" and (c.shape, c.dtype) == (e.shape, e.dtype), name
+        c = c.cpu()
+        if name == "dropout":  # x = 1: kept entries scaled by 1 / (1 - p)
+            assert set(c.unique().tolist()) <= {0.0, 2.0}, name
+        elif name == "bernoulli":
+            assert set(c.unique().tolist()) <= {0.0, 1.0}, name
+        elif name == "multinomial":  # without replacement: distinct indices in range
+            assert len(set(c.tolist())) == c.numel() and 0 <= c.min() and c.max() < 64, name
+        else:
+            assert torch.isfinite(c).all(), name
+
+
+@pytest.mark.parametrize("name", sorted(COMPILED_OPS))
+def test_compiled_rng_state_round_trip(fresh_dynamo, name):
+    op = COMPILED_OPS[name]
+
+    def fn(x):
+        state = torch.neuron.get_rng_state()
+        a = op(x)
+        torch.neuron.set_rng_state(state)
+        return a, op(x)
+
+    x = torch.ones(64, device="neuron")
+    torch.neuron.manual_seed(5)
+    eager = fn(x)
+    torch.neuron.manual_seed(5)
+    compiled = _compiled(fn)(x)
+    metrics = torch_neuronx.get_dynamo_metrics()
+    # the op before and the op after the restore: each compiled, between graph breaks
+    assert (metrics["inference_graphs"], metrics["graph_breaks"]) == (2, 2), metrics
+    assert torch.equal(*_cpu(eager)), name
+    assert torch.equal(*_cpu(compiled)), name  # the restored state drew the same numbers
+    _assert_like_eager(name, compiled, eager)
+    torch.neuron.manual_seed(5)
+    again = _compiled(fn)(x)  # the same seed, the same compiled numbers
+    assert all(torch.equal(a, b) for a, b in zip(_cpu(again), _cpu(compiled))), name
+
+
+@pytest.mark.parametrize("name", sorted(COMPILED_OPS))
+def test_compiled_fork_rng_restores_the_state(fresh_dynamo, name):
+    op = COMPILED_OPS[name]
+
+    def fn(x):
+        with torch.random.fork_rng(devices=[0], device_type="neuron"):
+            a = op(x)
+        return a, op(x)
+
+    x = torch.ones(64, device="neuron")
+    results = {}
+    for mode, run in (("eager", fn), ("compiled", _compiled(fn))):
+        torch.neuron.manual_seed(9)
+        results[mode] = run(x)
+        after = torch.neuron.get_rng_state()
+        torch.neuron.manual_seed(9)
+        run(x)
+        assert torch.equal(torch.neuron.get_rng_state(), after), (name, mode)
+        assert torch.equal(*_cpu(results[mode])), (name, mode)  # the block left the state as it was
+    _assert_like_eager(name, results["compiled"], results["eager"])
+
+
+@pytest.mark.parametrize("module", ["neuron", "torch"])
+def test_manual_seed_inside_a_compiled_function(fresh_dynamo, module):
+    def seeded(x):
+        (torch.neuron if module == "neuron" else torch).manual_seed(3)
+        return COMPILED_OPS["randn"](x), COMPILED_OPS["dropout"](x)
+
+    def unseeded(x):
+        return COMPILED_OPS["randn"](x), COMPILED_OPS["dropout"](x)
+
+    x = torch.ones(64, device="neuron")
+    inside = _cpu(_compiled(seeded)(x))
+    torch.neuron.manual_seed(3)
+    outside = _cpu(_compiled(unseeded)(x))
+    for a, b in zip(inside, outside):
+        assert torch.equal(a, b)
+    assert all(torch.equal(a, b) for a, b in zip(_cpu(seeded(x)), _cpu(seeded(x))))
+
+
+@pytest.mark.parametrize("call", [
+    lambda: torch.neuron.get_rng_state(),
+    lambda: torch.neuron.set_rng_state(torch.neuron.get_rng_state()),
+    lambda: torch.neuron.manual_seed(1),
+])
+def test_rng_state_under_fullgraph_is_dynamos_graph_break_error(fresh_dynamo, call):
+    """As for torch.cuda's RNG functions: a graph break, an error under fullgraph=True."""
+    def fn(x):
+        call()
+        return x + 1
+
+    x = torch.ones(4, device="neuron")
+    assert torch.equal(_compiled(fn)(x).cpu(), torch.full((4,), 2.0))
+    torch._dynamo.reset()
+    with pytest.raises(torch._dynamo.exc.Unsupported, match=r"torch\.compiler\.disable"):
+        torch.compile(fn, backend="neuron", fullgraph=True)(x)
+
+
+OPINFO_RANDOM_OPS = ("bernoulli", "multinomial", "nn.functional.dropout", "normal", "randn")
+
+
+def test_opinfo_random_samples_under_compile(fresh_dynamo):
+    """PyTorch's own samples of these ops save and restore the accelerator's RNG
+    state around each call (testing._utils.freeze_rng_state, under no_dispatch)."""
+    from test_conformance import harness
+
+    ops = [op for op in harness.load_op_db() if op.name in OPINFO_RANDOM_OPS]
+    assert {op.name for op in ops} == set(OPINFO_RANDOM_OPS)
+    for op in ops:
+        torch._dynamo.reset()
+        for sample in list(op.sample_inputs("cpu", torch.float32))[:2]:
+            x, args, kwargs = harness.sample_to_device(op, sample)
+            before = torch.neuron.get_rng_state()
+            eager = op(x, *args, **kwargs)
+            compiled = _compiled(op.op)(x, *args, **kwargs)
+            assert torch.equal(torch.neuron.get_rng_state(), before), op.name  # restored
+            off_device = []
+            harness.compare(harness.to_cpu(compiled, off_device), harness.to_cpu(eager, []),
+                            shape_only=True, path=op.name)
+            assert not off_device, op.name
+
+
+_ROUND_TRIP_UNDER_DYNAMO = """
+import torch
+def fn(x):
+    state = torch.neuron.get_rng_state()
+    a = torch.randn(8, device="neuron") + x
+    torch.neuron.set_rng_state(state)
+    return a, torch.randn(8, device="neuron") + x
+a, b = torch.compile(fn, backend="neuron")(torch.zeros(8, device="neuron"))
+assert torch.equal(a.cpu(), b.cpu())
+"""
+
+
+@pytest.mark.parametrize("order", ["torch first", "torch._dynamo before torch_neuronx"])
+def test_rng_graph_breaks_whatever_is_imported_first(order):
+    """Installed when torch._dynamo is imported (importing torch does not import it)."""
+    env = dict(os.environ)
+    if order == "torch first":
+        code = "import sys, torch\nassert 'torch._dynamo' not in sys.modules\n"
+    else:  # torch_neuronx loaded by hand after Dynamo
+        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+        code = "import torch._dynamo, torch_neuronx\n"
+    done = subprocess.run([sys.executable, "-c", code + _ROUND_TRIP_UNDER_DYNAMO], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -28,6 +28,14 @@ class _DefaultGenerators:
 
 default_generators = _DefaultGenerators()
 
+# The functions below that read or change a generator. torch.compile runs them
+# eagerly behind a graph break, as Dynamo does for torch.cuda's (installed when
+# torch._dynamo is imported: torch_neuronx/integrations/dynamo.py).
+STATE_FUNCTIONS = (
+    "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed",
+    "get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all",
+)
+
 
 def _index(device: Any) -> int:
     from torch_neuronx.device import _get_device_index

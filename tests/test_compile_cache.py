@@ -3,6 +3,7 @@ processes, concurrent writers, corrupted entries, and the off switch."""
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -433,3 +434,136 @@ def test_fx_graph_round_trips_node_by_node():
     x = torch.randn(4, 3)
     torch.testing.assert_close(rebuilt(x)[0], gm(x)[0], rtol=0, atol=0)
     assert any("uniform" in str(n.target) for n in rebuilt.graph.nodes)  # still a draw, not a constant
+
+
+# ---------------------------------------------------------------- warm starts of every kind of graph
+WARM_START_SCRIPT = textwrap.dedent(
+    """
+    import hashlib, json, torch, torch_neuronx
+    from torch._higher_order_ops.scan import scan
+    from torch_neuronx.compiler import get_dynamo_metrics
+
+    def t(*shape, seed=0):
+        return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+    def square(n, seed=0):  # well conditioned: LU and triangular solves stay accurate
+        return t(n, n, seed=seed) + n * torch.eye(n)
+
+    a, b = square(5), t(5, 3, seed=1)
+    lu, pivots = torch.linalg.lu_factor(a)
+    qr_input, tau = torch.geqrf(t(5, 3, seed=2))
+
+    def running_sum(x):
+        def combine(carry, row):
+            return carry + row, (carry + row) * 2
+        last, rows = scan(combine, torch.zeros_like(x[0]), x)
+        return rows.sum(0) + last
+
+    CASES = {  # name: (function, inputs, tolerance)
+        "qr": (lambda x: torch.linalg.qr(x), [a], 1e-5),
+        "lu": (lambda x: torch.lu(x), [a], 1e-5),
+        "lu_solve": (lambda lu, p, b: torch.linalg.lu_solve(lu, p, b), [lu, pivots, b], 1e-5),
+        "triangular_solve": (lambda b, a: torch.triangular_solve(b, a, upper=False), [b, a.tril()], 1e-5),
+        "matrix_exp": (lambda x: torch.linalg.matrix_exp(x * 0.1), [a], 1e-5),
+        "ormqr": (lambda q, tau, c: torch.ormqr(q, tau, c), [qr_input, tau, t(5, 2, seed=3)], 1e-5),
+        "fft": (lambda x: (torch.fft.fft(x), torch.fft.rfft(x), torch.fft.irfft(torch.fft.rfft(x)), torch.fft.fft2(x)),
+                [t(4, 8)], 1e-5),
+        "cond": (lambda x: torch.cond(x.sum() > 0, lambda x: x.sin() * 2, lambda x: x.cos() - 1, (x,)), [t(5, 3)], 1e-6),
+        "scan": (running_sum, [t(5, 3)], 1e-6),
+        # outputs of every kind: views, aliases of one buffer, bool, integer, bfloat16, 0-d, empty
+        "outputs": (lambda x: ((x * 2).t(), (x + 1)[1:], x > 0, x.to(torch.int64), x.to(torch.bfloat16), x.sum(),
+                               x[:0] * 3, *(lambda y: (y, y, y.view(-1)))(x - 1)), [t(4, 6)], 1e-2),
+    }
+
+    results = {}
+    for name, (fn, inputs, tol) in CASES.items():
+        before = get_dynamo_metrics()["cache_hits_disk"]
+        out = torch.compile(fn, backend="neuron", fullgraph=True)(*[i.to("neuron") for i in inputs])
+        out = [o.cpu() for o in (out if isinstance(out, (tuple, list)) else [out])]
+        torch.testing.assert_close(out, list(fn(*inputs)) if isinstance(fn(*inputs), (tuple, list)) else [fn(*inputs)],
+                                   rtol=tol, atol=tol)
+        results[name] = {"hits": get_dynamo_metrics()["cache_hits_disk"] - before,
+                         "sha": hashlib.sha256(b"".join(o.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+                                                        for o in out)).hexdigest()}
+
+    # random ops: no CPU reference for the numbers (another generator), only their range
+    def draws(x):
+        return (torch.empty_like(x).uniform_(-1, 2), torch.rand_like(x), torch.randn_like(x),
+                torch.nn.functional.dropout(x + 1, 0.5), torch.multinomial(x[:8] + 1, 4))  # XLA's TopK
+    torch.manual_seed(7)
+    before = get_dynamo_metrics()["cache_hits_disk"]
+    out = [o.cpu() for o in torch.compile(draws, backend="neuron", fullgraph=True)(torch.zeros(256, device="neuron"))]
+    assert out[0].min() >= -1 and out[0].max() < 2 and out[1].min() >= 0 and out[1].max() < 1
+    assert set(out[3].unique().tolist()) <= {0.0, 2.0}
+    assert out[4].unique().numel() == 4 and out[4].min() >= 0 and out[4].max() < 8
+    results["random"] = {"hits": get_dynamo_metrics()["cache_hits_disk"] - before, "values": [o.tolist() for o in out]}
+
+    # a tiny Qwen3.5: a linear-attention (gated delta rule, LAPACK triangular solves) and a full-attention layer
+    from transformers import AutoConfig, AutoModelForCausalLM
+    config = AutoConfig.for_model(
+        "qwen3_5_text", vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, layer_types=["linear_attention", "full_attention"],
+        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    ids = torch.randint(0, 128, (1, 8))
+    with torch.no_grad():
+        expected = model(ids).logits
+        before = get_dynamo_metrics()["cache_hits_disk"]
+        logits = torch.compile(model.to("neuron"), backend="neuron", fullgraph=True)(ids.to("neuron")).logits.cpu()
+    torch.testing.assert_close(logits, expected, rtol=1e-4, atol=1e-4)
+    results["qwen3_5"] = {"hits": get_dynamo_metrics()["cache_hits_disk"] - before, "values": logits.tolist()}
+    print(json.dumps(results))
+    """
+)
+
+
+def test_a_second_process_runs_every_kind_of_graph_from_the_disk_cache(cache_dir):
+    """A warm start loads executables without lowering them: whatever lowering
+    prepares in the process (jaxlib's LAPACK function pointers, set while a
+    linalg op is lowered) must be prepared before a loaded executable runs. It
+    segfaulted for every graph with a LAPACK call (QR, LU, triangular solves,
+    matrix_exp, ormqr, Qwen3.5's linear attention). Each graph: the same
+    results in both processes, matching CPU PyTorch, and loaded from disk."""
+    env = dict(os.environ, **cache_dir)
+
+    def run_cases():
+        proc = subprocess.run([sys.executable, "-W", "ignore", "-c", WARM_START_SCRIPT], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    cold = run_cases()
+    warm = run_cases()
+    assert {name: result["hits"] for name, result in cold.items()} == dict.fromkeys(cold, 0)
+    assert {name: result["hits"] for name, result in warm.items()} == dict.fromkeys(cold, 1)
+    for result in (*cold.values(), *warm.values()):
+        del result["hits"]
+    assert warm == cold
+
+
+def test_executables_are_stored_with_the_custom_calls_a_warm_start_prepares(tmp_path, monkeypatch):
+    """An executable calling a custom-call target that a warm start cannot
+    prepare (here a Python host callback) is not stored: it is compiled in
+    every process instead of crashing one. A LAPACK one is stored with its
+    targets, which loading prepares."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from torch_neuronx.compiler import cache
+
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path))
+    x = jnp.eye(3, dtype=jnp.float32) * 2
+
+    def host(v):
+        return jax.pure_callback(np.sin, jax.ShapeDtypeStruct(v.shape, v.dtype), v)
+
+    cache.store("callback", jax.jit(host).lower(x).compile())
+    assert not (tmp_path / "callback.neff").exists()
+    cache.store("qr", jax.jit(jnp.linalg.qr).lower(x).compile())
+    targets = pickle.loads(cache.load_bytes("qr", ".neff"))[3]
+    assert targets and all(name.startswith("lapack_") for name in targets)
+    q, r = cache.load("qr")(x)
+    np.testing.assert_allclose(np.asarray(q @ r), np.asarray(x), rtol=1e-6, atol=1e-6)

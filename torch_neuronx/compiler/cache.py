@@ -4,7 +4,10 @@ An entry is one serialized XLA executable, keyed by everything that decides
 what it computes: the graph's code and constants, the input signature, the
 fp64 rule, and the versions of the lowering table, JAX/XLA and the host CPU
 (see graph_key). Looking an entry up needs no tracing or lowering, so a warm
-start skips both; only Dynamo and AOTAutograd still run.
+start skips both; only Dynamo and AOTAutograd still run. What lowering does
+besides emitting code, the warm start does before running the entry: each
+entry lists the custom-call targets its executable calls (LAPACK, ...), and
+those are prepared when it is loaded (_warm_start_preparations).
 
 Each entry is written to a temporary file and renamed into place (safe with
 several processes writing at once) and carries a SHA-256 of its payload, so a
@@ -33,6 +36,9 @@ import warnings
 import torch
 
 from torch_neuronx.compiler import metrics
+from torch_neuronx.log import get_logger
+
+_log = get_logger("compiler")
 
 _MAGIC = b"TNXNEFF2"
 _SUFFIX = ".neff"
@@ -41,6 +47,8 @@ _ENTRY_SUFFIXES = (".neff", ".aot")
 _DEFAULT_MAX_SIZE = 10 * 2**30
 _STALE_TEMP_SECONDS = 3600  # a temporary file this old was left by a killed writer
 _SIZE = re.compile(r"(\d+(?:\.\d*)?)\s*([kmgt]?)(?:i?b)?", re.IGNORECASE)  # 500M, 10GB, 1.5GiB
+_CUSTOM_CALL = re.compile(r'custom_call_target="([^"]+)"')
+_XLA_TARGETS = ("TopK",)  # custom calls XLA:CPU implements itself (jax.lax.top_k: multinomial)
 _UNIT = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 
 
@@ -285,15 +293,55 @@ def store_bytes(key: str, suffix: str, payload: bytes) -> None:
     evict(keep=path)
 
 
+def _custom_call_targets(executable) -> set[str]:
+    """The custom-call targets an executable calls, read from its optimized HLO
+    (every computation of it, loop and branch bodies included)."""
+    return set(_CUSTOM_CALL.findall(executable.as_text()))
+
+
+@functools.lru_cache(maxsize=1)
+def _warm_start_preparations() -> dict:
+    """The custom-call targets a deserialized executable may call, each mapped
+    to what must run first in the process.
+
+    Lowering does more than emit code: jax registers jaxlib's LAPACK targets
+    when it is imported, but their handlers call LAPACK through function
+    pointers that only `_lapack.initialize()` sets (loaded from SciPy), and jax
+    calls it while lowering a linalg op (jaxlib/lapack.py prepare_lapack_call).
+    A warm start skips lowering, so without this the first LAPACK call jumps
+    to a null pointer on an XLA worker thread. Targets that XLA itself
+    implements need nothing. Targets not listed here (host callbacks, targets
+    of other libraries) are not stored: the graph is compiled in every process
+    instead."""
+    from jax._src.lib import lapack
+
+    preparations = {name: lapack._lapack.initialize for name in lapack._lapack.registrations()}
+    return preparations | dict.fromkeys(_XLA_TARGETS, _nothing)
+
+
+def _nothing() -> None:
+    pass
+
+
+def _prepare(targets) -> None:
+    """Runs, once each, what the targets need before the executable runs (a
+    KeyError for a target this build does not know: an incompatible entry)."""
+    preparations = _warm_start_preparations()
+    for prepare in {preparations[target] for target in targets}:
+        prepare()
+
+
 def load(key: str):
-    """The executable stored under key (a jax.stages.Compiled), or None."""
+    """The executable stored under key (a jax.stages.Compiled), ready to run,
+    or None."""
     payload = load_bytes(key, _SUFFIX)
     if payload is None:
         return None
     from jax.experimental.serialize_executable import deserialize_and_load
 
     try:
-        serialized, in_tree, out_tree = pickle.loads(payload)
+        serialized, in_tree, out_tree, targets = pickle.loads(payload)
+        _prepare(targets)
         executable = deserialize_and_load(serialized, in_tree, out_tree, backend="cpu")
     except Exception as error:  # written by an incompatible build: same as a bad entry
         discard(key, _SUFFIX, f"could not be loaded ({type(error).__name__}: {error})")
@@ -303,16 +351,25 @@ def load(key: str):
 
 
 def store(key: str, executable) -> None:
-    """Writes the executable under key (nothing when the disk cache is off or
-    the executable cannot be serialized)."""
+    """Writes the executable under key, with the custom-call targets it needs
+    prepared before it runs (nothing when the disk cache is off, the
+    executable cannot be serialized, or it calls a target a warm start could
+    not prepare)."""
     if cache_dir() is None:
         return
     from jax.experimental.serialize_executable import serialize
 
+    targets = _custom_call_targets(executable)
+    unknown = targets - _warm_start_preparations().keys()
+    if unknown:
+        _log.debug("executable not stored: custom-call targets %s cannot be prepared in a warm start",
+                   sorted(unknown))
+        return
     try:
         serialized, in_tree, out_tree = serialize(executable)
     except (ValueError, NotImplementedError):
         return
     with io.BytesIO() as buffer:
-        pickle.dump((serialized, in_tree, out_tree), buffer, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dump((serialized, in_tree, out_tree, sorted(targets)), buffer,
+                    protocol=pickle.HIGHEST_PROTOCOL)
         store_bytes(key, _SUFFIX, buffer.getvalue())

@@ -83,7 +83,7 @@ _python_kernels: list[torch.library.Library] = []  # kept alive: a dropped Libra
 
 
 def _register_python_kernels(kernels: dict) -> None:
-    """Native ops implemented in Python (ops/rnn.py, ops/histogram.py) for the neuron key."""
+    """Native ops implemented in Python (ops/rnn.py, ops/histogram.py, ops/topk.py) for the neuron key."""
     library = torch.library.Library("aten", "IMPL")
     for name, kernel in kernels.items():
         _hide_from_dynamo(kernel)
@@ -103,12 +103,13 @@ def _hide_from_dynamo(kernel) -> None:
 
 
 def register() -> None:
-    from torch_neuronx.ops import histogram, rnn
+    from torch_neuronx.ops import histogram, rnn, topk
 
     _C._register_native_ops(native_overloads())
     if not _python_kernels:
         _register_python_kernels(rnn.KERNELS)
         _register_python_kernels(histogram.KERNELS)
+        _register_python_kernels(topk.KERNELS)
 
 
 def apply_env_policies() -> None:

@@ -1291,6 +1291,7 @@ def _tie_cases():
         (partial, 2, -1, True), (partial, 5, -1, True), (partial, 3, -1, False),
         (nan, 3, -1, True), (nan, 4, -1, False), (torch.zeros(2, 300), 2, -1, True),
         (torch.full((5, 3), 7.0), 2, 0, True), (torch.tensor([2, 5, 5, 1, 5]), 2, 0, True),
+        (torch.tensor([[1.0, 3.0, 0.0, 3.0] * 40]), 2, -1, True),  # ties within the k selected only
     ]
 
 

@@ -121,6 +121,45 @@ OVERRIDES: dict[str, dict] = {
 }
 
 
+# MoE variants: more than one tiny config per MoE architecture (issue 15: the
+# one config above missed routers that top-k meets with ties). Run with
+# --moe-variants, as rows named "<model type>@<variant>"; they stay out of
+# docs/architectures.md. Each variant sets, of each group of alternative
+# attribute names, those the architecture's tiny config has (not None); a
+# variant that changes nothing there is not run.
+_EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+_TOP_K = ("num_experts_per_tok", "moe_topk", "top_k", "moe_k", "num_experts_per_token")
+_SHARED = ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts")
+_DENSE_FIRST = ("first_k_dense_replace", "num_dense_layers", "moe_layer_start_index")
+MOE_VARIANTS: dict[str, dict[tuple[str, ...], object]] = {
+    "e8k1": {_EXPERTS: 8, _TOP_K: 1},  # more experts, one per token
+    "e8k4": {_EXPERTS: 8, _TOP_K: 4},  # more experts, a wider top-k
+    "shared2": {_SHARED: 2},
+    "all_moe": {_DENSE_FIRST: 0, ("decoder_sparse_step",): 1, ("mlp_only_layers",): []},
+    "dense_first": {_DENSE_FIRST: 1, ("decoder_sparse_step",): 2, ("mlp_only_layers",): [0]},
+}
+
+
+def _variant_kwargs(effective: dict, variant: str) -> dict:
+    """The attributes `variant` sets on a config whose values are `effective`."""
+    return {name: value for names, value in MOE_VARIANTS[variant].items() for name in names
+            if effective.get(name) is not None}
+
+
+def moe_variants(model_type: str) -> list[str]:
+    """Names "<model type>@<variant>" of the variants that change its tiny config."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    if "@" in model_type or model_type in SUBCONFIG:
+        return []
+    cls = CONFIG_MAPPING[model_type]
+    effective = {**vars(cls()), **_tiny_kwargs(model_type)}
+    if not any(effective.get(name) for name in _EXPERTS):
+        return []
+    return [f"{model_type}@{variant}" for variant in MOE_VARIANTS
+            if any(effective[k] != v for k, v in _variant_kwargs(effective, variant).items())]
+
+
 def _shrunk_value(key, value):
     target = SHRINK.get(key)
     if target is None or isinstance(value, bool) or not isinstance(value, int) or value <= target:
@@ -194,15 +233,27 @@ def _spread(pattern, layers: int):
     return "".join(picked) if isinstance(pattern, str) else picked
 
 
-def tiny_config(model_type: str):
+def _tiny_kwargs(model_type: str) -> dict:
+    """Constructor kwargs of the tiny config of a model type (without variant)."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    cls = CONFIG_MAPPING[model_type]
-    kwargs = tiny_config_kwargs(cls())
+    kwargs = tiny_config_kwargs(CONFIG_MAPPING[model_type]())
     for key, value in OVERRIDES.get(model_type, {}).items():
         _set_dotted(kwargs, key, value)
     for key, value in OVERRIDES.get(f"{model_type}.{SUBCONFIG.get(model_type)}", {}).items():
         _set_dotted(kwargs, f"{SUBCONFIG[model_type]}.{key}", value)
+    return kwargs
+
+
+def tiny_config(name: str):
+    """The tiny config of a model type, or of "<model type>@<variant>" (MOE_VARIANTS)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    model_type, _, variant = name.partition("@")
+    cls = CONFIG_MAPPING[model_type]
+    kwargs = _tiny_kwargs(model_type)
+    if variant:
+        kwargs.update(_variant_kwargs({**vars(cls()), **kwargs}, variant))
     config = cls(**kwargs)
     if model_type in SUBCONFIG:
         config = getattr(config, SUBCONFIG[model_type])
@@ -247,6 +298,8 @@ def _build(model_type: str, config):
     """AutoModelForCausalLM's model; for a SUBCONFIG type, its class on the sub-config."""
     import transformers
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    model_type = model_type.partition("@")[0]
 
     if model_type in SUBCONFIG:
         return getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])._from_config(config)
@@ -653,6 +706,8 @@ def main(argv=None) -> int:
     parser.add_argument("--merge", action="append", default=[], metavar="PATH",
                         help="take rows from another results JSON (a run in parallel) where they carry more "
                              "checks than the cache's")
+    parser.add_argument("--moe-variants", action="store_true",
+                        help="also run each selected MoE architecture's variants (MOE_VARIANTS)")
     parser.add_argument("--log", help="workers' stderr (default: arch_sweep_workers.log in the temp dir)")
     args = parser.parse_args(argv)
     if args.worker:
@@ -661,10 +716,16 @@ def main(argv=None) -> int:
 
     known = all_architectures()
     archs = [a.strip() for a in args.only.split(",") if a.strip()] or known
-    unknown = sorted(set(archs) - set(known))
+    unknown = sorted({a for a in archs if a.partition("@")[0] not in known})
     if unknown:
         parser.error(f"--only: unknown model type(s) {unknown}: not in transformers' "
                      f"MODEL_FOR_CAUSAL_LM_MAPPING_NAMES (e.g. llama, gpt2, qwen2, mixtral)")
+    bad = sorted({a for a in archs if "@" in a and a not in moe_variants(a.partition("@")[0])})
+    if bad:
+        parser.error(f"--only: unknown MoE variant(s) {bad}: a variant is <model type>@<one of "
+                     f"{sorted(MOE_VARIANTS)}> that changes the model type's tiny config")
+    if args.moe_variants:
+        archs += [v for a in list(archs) for v in moe_variants(a) if v not in archs]
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
     cache = {}

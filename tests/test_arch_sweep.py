@@ -1,8 +1,10 @@
 """The architecture sweep script (benchmarks/arch_sweep.py) on a handful of
 architectures: it runs them in worker subprocesses, and the dense ones and a
 MoE one pass (eager logits match CPU with atol 1e-4 / rtol 1e-3, no CPU
-fallback op, and for one of them torch.compile fullgraph matches too). The
-full sweep is too heavy for the test suite; docs/architectures.md holds it."""
+fallback op, and for one of them torch.compile fullgraph matches too), and a
+few MoE variants (other expert counts, top-k, shared experts, dense-first
+layers) compiled. The full sweep is too heavy for the test suite;
+docs/architectures.md holds it."""
 
 import importlib.util
 import json
@@ -132,3 +134,40 @@ def test_constant_router_weights_are_redrawn():
     assert model[1].weight.std() > 0
     assert torch.equal(model[0].weight, kept)  # random matrices and 1-D norms are left alone
     assert torch.equal(model[2].weight, torch.ones(2))
+
+
+MOE_VARIANT_ROWS = ["afmoe@e8k4", "ernie4_5_moe@all_moe", "qwen2_moe@dense_first", "deepseek_v3@shared2"]
+
+
+def test_moe_architectures_have_several_configs():
+    # expert count, top-k, shared experts, dense-first layers: whichever the config has
+    sweep = _load_script()
+    for arch in ("afmoe", "ernie4_5_moe", "qwen2_moe", "deepseek_v3", "glm4_moe", "mixtral"):
+        variants = sweep.moe_variants(arch)
+        assert len(variants) >= 2, (arch, variants)
+        base = sweep.tiny_config(arch).to_dict()
+        for name in variants:
+            changed = {k for k, v in sweep.tiny_config(name).to_dict().items() if base.get(k) != v}
+            assert changed, name
+    moe = sweep.tiny_config("deepseek_v3@e8k1")
+    assert (moe.n_routed_experts, moe.num_experts_per_tok) == (8, 1)
+    assert sweep.tiny_config("qwen2_moe@dense_first").mlp_only_layers == [0]
+    assert sweep.tiny_config("ernie4_5_moe@all_moe").moe_layer_start_index == 0
+    assert sweep.moe_variants("llama") == []
+
+
+def test_moe_variants_compile_fullgraph_and_match_cpu(tmp_path):
+    out = tmp_path / "variants.json"
+    proc = _sweep(tmp_path, "--only", ",".join(MOE_VARIANT_ROWS), "--json", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = {row["arch"]: row for row in json.loads(out.read_text())["rows"]}
+    assert set(rows) == set(MOE_VARIANT_ROWS)
+    for name, row in rows.items():
+        assert row["eager_match"] is True and row["fallback_ops"] == {}, (name, row)
+        assert row["compile_match"] is True, (name, row["compile_error"], row["compile_max_diff"])
+
+
+def test_unknown_moe_variant_is_an_actionable_error(tmp_path):
+    proc = _sweep(tmp_path, "--only", "llama@e8k1", timeout=120)
+    assert proc.returncode == 2
+    assert "llama@e8k1" in proc.stderr and "MoE variant" in proc.stderr

@@ -96,6 +96,20 @@ def test_sample_runner_detects_a_device_specific_bug():
     assert status == "pass"
 
 
+def test_topk_indices_are_checked_by_the_values_they_point_at():
+    """topk on ties: the device's indices (the lowest among equal values) differ
+    from CPU's and pass; indices pointing at other values fail."""
+    sample = _sample(torch.tensor([[2, 5, 5, 1, 5], [0, 0, 0, 0, 0]]), 2)
+    status, message = harness.run_op_sample(_FakeOp("topk", torch.topk), sample, torch.int64)
+    assert status == "pass", message
+
+    def wrong_indices(t, k):
+        values, indices = torch.topk(t, k)
+        return values, (indices + 1) % t.shape[-1] if t.device.type == "neuron" else indices
+
+    assert harness.run_op_sample(_FakeOp("topk", wrong_indices), sample, torch.int64)[0] == "fail"
+
+
 def test_sample_runner_skips_when_cpu_raises_and_fails_when_only_neuron_raises():
     def cpu_raises(t):
         if t.device.type == "cpu":

@@ -26,7 +26,9 @@ Model level: a CNN, a TransformerEncoderLayer, a Llama-style block and a tiny
 transformers LlamaForCausalLM, forward
 and backward through torch.compile(backend="neuron", fullgraph=True), against
 eager on the neuron device: within 1e-4 in float32, 1e-2 under
-torch.autocast("neuron", dtype=torch.bfloat16).
+torch.autocast("neuron", dtype=torch.bfloat16); tiny transformers MoE models
+(afmoe, ernie4_5_moe) forward, within 1e-4, and topk on ties (eager and the
+lowering take the same indices).
 """
 
 from __future__ import annotations
@@ -1275,3 +1277,67 @@ def test_model_forward_backward_matches_eager(name, autocast, fresh_dynamo):
     if name == "cnn":  # BatchNorm running stats are updated in place by the compiled graph too
         for (n, a), (_, b) in zip(eager.named_buffers(), compiled_model.named_buffers()):
             assert _max_error(a, b) <= tolerance, f"buffer {n}"
+
+
+# ------------------------------------------------------------------ topk ties
+def _tie_cases():
+    """(input, k, dim, largest): rows of equal values (a MoE router whose scores
+    are all equal), ties across the k-th place, NaN ties, long rows (the CPU
+    kernel's partial-sort regime, k * 64 <= n), smallest-k and dim=0."""
+    partial = torch.tensor([[1.0, 2.0, 2.0, 0.0, 2.0, 1.0, 2.0, 1.0]] * 3)
+    nan = torch.tensor([[1.0, float("nan"), 3.0, 3.0, float("nan"), 1.0]])
+    return [
+        (torch.full((32, 4), 0.5), 2, -1, True), (torch.full((6, 8), 0.25), 3, -1, True),
+        (partial, 2, -1, True), (partial, 5, -1, True), (partial, 3, -1, False),
+        (nan, 3, -1, True), (nan, 4, -1, False), (torch.zeros(2, 300), 2, -1, True),
+        (torch.full((5, 3), 7.0), 2, 0, True), (torch.tensor([2, 5, 5, 1, 5]), 2, 0, True),
+        (torch.tensor([[1.0, 3.0, 0.0, 3.0] * 40]), 2, -1, True),  # ties within the k selected only
+    ]
+
+
+def test_topk_ties_take_the_lowest_indices_eager_and_compiled():
+    """PyTorch leaves the order of equal values unspecified; the CPU kernel's
+    (std::nth_element) depends on the row length and k. The device takes the
+    lowest indices among equal values in both modes, the first k of CPU's
+    stable sort, so an eager and a compiled MoE router pick the same experts
+    (issue 15: afmoe and ernie4_5_moe, zero-initialized routers)."""
+    cases = _tie_cases()
+    lowered = run_lowerings([(aten.topk.default, (x, k, dim, largest), {}) for x, k, dim, largest in cases])
+    for (x, k, dim, largest), got in zip(cases, lowered):
+        want = torch.sort(x, dim=dim, descending=largest, stable=True)
+        want_values, want_indices = want.values.narrow(dim, 0, k), want.indices.narrow(dim, 0, k)
+        eager = torch.topk(x.to(DEVICE), k, dim, largest)
+        for mode, (values, indices) in (("lowering", got), ("eager", eager)):
+            torch.testing.assert_close(values.cpu(), want_values, rtol=0, atol=0, equal_nan=True,
+                                       msg=lambda m: f"{mode} topk{(tuple(x.shape), k, dim, largest)}: {m}")
+            assert torch.equal(indices.cpu(), want_indices), (mode, x.shape, k, dim, largest, indices)
+
+
+# Issue 15: tiny MoE models as transformers builds them from a config (routers
+# zero-initialized, so every router score is equal and top-k meets ties).
+MOE_CONFIGS = {
+    "afmoe": {"vocab_size": 1024, "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 64,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "head_dim": 16, "max_position_embeddings": 512,
+              "num_experts": 4, "num_experts_per_tok": 2, "num_shared_experts": 1, "sliding_window": 8,
+              "layer_types": ["sliding_attention", "full_attention"]},
+    "ernie4_5_moe": {"vocab_size": 1024, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                     "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512,
+                     "moe_intermediate_size": 64, "moe_k": 2, "moe_num_experts": 4, "moe_num_shared_experts": 1},
+}
+
+
+@pytest.mark.parametrize("arch", sorted(MOE_CONFIGS))
+def test_hf_moe_inference_matches_eager(arch, fresh_dynamo):
+    """Compiled (fullgraph) logits of the issue's MoE configs within 1e-4 of
+    eager on the device (float32, no_grad, input ids [2, 16])."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    config = CONFIG_MAPPING[arch](**MOE_CONFIGS[arch], attn_implementation="eager")
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval().to(DEVICE)
+    ids = torch.randint(0, config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    with torch.no_grad():
+        want = model(input_ids=ids).logits
+        got = torch.compile(model, backend="neuron", fullgraph=True)(input_ids=ids).logits
+    torch.testing.assert_close(got.cpu(), want.cpu(), rtol=0, atol=1e-4)

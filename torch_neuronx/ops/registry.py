@@ -64,7 +64,7 @@ COMPUTE = """
     signbit silu silu_backward sin sinc sinh smooth_l1_loss smooth_l1_loss_backward
     soft_margin_loss soft_margin_loss_backward _softmax _softmax_backward_data softplus
     softplus_backward softshrink softshrink_backward sort sqrt std std_mean sub sum tan tanh
-    tanh_backward threshold threshold_backward topk trace trunc uniform
+    tanh_backward threshold threshold_backward trace trunc uniform
     upsample_bilinear2d upsample_bilinear2d_backward upsample_nearest1d
     upsample_nearest1d_backward upsample_nearest2d upsample_nearest2d_backward
     upsample_nearest3d upsample_bicubic2d var var_mean xlogy _cdist_forward _cdist_backward
@@ -130,9 +130,9 @@ DIRECT_KERNELS = frozenset({
     "_local_scalar_dense", "record_stream", "view", "as_strided", "_reshape_alias", "unfold",
     "view_as_real", "view_as_complex", "convolution_overrideable",
     "convolution_backward_overrideable", "native_dropout", "_has_compatible_shallow_copy_type",
-    # torch_neuronx/ops/rnn.py and histogram.py (Python kernels)
-    "histc", "_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl", "_thnn_fused_gru_cell",
-    "_thnn_fused_gru_cell_backward",
+    # torch_neuronx/ops/rnn.py, histogram.py and topk.py (Python kernels)
+    "histc", "topk", "_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl",
+    "_thnn_fused_gru_cell", "_thnn_fused_gru_cell_backward",
 })
 
 NATIVE_OPS: frozenset[str] = frozenset(DATA_MOVEMENT) | frozenset(COMPUTE) | DIRECT_KERNELS

@@ -8,6 +8,7 @@ import warnings
 import pytest
 import torch
 
+import seeds
 import torch_neuronx  # noqa: F401
 from torch_neuronx.compiler import NeuronCompileError, get_dynamo_metrics, reset_dynamo_metrics
 
@@ -23,7 +24,7 @@ def fresh_dynamo():
 
 
 def mlp():
-    torch.manual_seed(0)
+    torch.manual_seed(seeds.seed(0))
     return torch.nn.Sequential(
         torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 32), torch.nn.ReLU(),
         torch.nn.Linear(32, 4),
@@ -463,7 +464,7 @@ def test_transformer_encoder_layer_inference_fast_path_compiles(norm_first):
     """In eval mode under no_grad, nn.TransformerEncoderLayer calls the fused
     aten._transformer_encoder_layer_fwd (its fast path); compiled, it is lowered
     as a whole and matches eager, with and without a key padding mask."""
-    torch.manual_seed(0)
+    torch.manual_seed(seeds.seed(0))
     layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True, norm_first=norm_first,
                                              activation="gelu").to(DEVICE).eval()
     x = torch.randn(2, 5, 32, device=DEVICE)

@@ -12,9 +12,9 @@ values within
 
     float32 (and bfloat16 results of float32 math):  rtol 1.3e-6, atol 1e-5
         (torch.testing's float32 defaults; transcendental functions included)
-    contractions (a lowering that emits dot_general, conv_general_dilated or
-        fft; found in its jaxpr, see contraction_length): atol raised to
-        2 * K * eps(dtype) * max|expected|, K the longest contracted length
+    sums of many terms (a lowering that emits dot_general, conv_general_dilated,
+        fft or reduce_sum; found in its jaxpr, see contraction_length): atol raised
+        to 2 * K * eps(dtype) * max|expected|, K the longest sum
     integers and bools:                                exact
 
 Ops that OpInfo does not reach, and the semantics the compiler relies on
@@ -62,9 +62,10 @@ lowering._load_table()
 
 # ----------------------------------------------------------------- tolerances
 TIGHT = (1.3e-6, 1e-5)
-# Primitives that sum many products: XLA (dot/convolution/ducc FFT) sums in another order than
-# MKL/oneDNN/pocketfft. Everything else, transcendental functions included, passes TIGHT.
-CONTRACTIONS = ("dot_general", "conv_general_dilated", "fft")
+# Primitives that sum many products or terms: XLA (dot/convolution/ducc FFT/reductions) sums in
+# another order than MKL/oneDNN/pocketfft/ATen. Everything else, transcendental functions
+# included, passes TIGHT.
+CONTRACTIONS = ("dot_general", "conv_general_dilated", "fft", "reduce_sum")
 
 FAST_COMPILE = {"xla_backend_optimization_level": 0}
 
@@ -102,6 +103,8 @@ def _eqn_length(eqn):
         kernel = math.prod(shapes[1]) // shapes[1][numbers.rhs_spec[0]]  # in-features x window
         groups = eqn.params["batch_group_count"]  # >1: weight gradients also sum over the batch
         return kernel * (shapes[0][numbers.lhs_spec[0]] // groups if groups > 1 else 1)
+    if eqn.primitive.name == "reduce_sum":  # e.g. a vjp's sum over channels (grid_sampler_2d_backward)
+        return math.prod(shapes[0][a] for a in eqn.params["axes"])
     return math.prod(eqn.params["fft_lengths"])
 
 
@@ -115,7 +118,7 @@ def _jaxpr_length(jaxpr):
 
 
 def contraction_length(call):
-    """K, the longest sum of products (dot, convolution, FFT) in the call's lowering; 0 if none.
+    """K, the longest sum (dot, convolution, FFT, reduce_sum) in the call's lowering; 0 if none.
     Read from the lowering's jaxpr, so a new contraction cannot be held to elementwise tolerance."""
     inputs, traced = _bind(call.op, call.args, call.kwargs)
     return _jaxpr_length(jax.make_jaxpr(traced)(inputs).jaxpr)
@@ -1125,7 +1128,7 @@ def _named_contraction(name):
 
 def test_contraction_length_finds_every_contraction():
     """Every lowered op of a contraction family gets K > 0 (so the scaled tolerance) from its
-    jaxpr in at least one of its test calls; elementwise ops get 0."""
+    jaxpr in at least one of its test calls; elementwise ops get 0, reductions their length."""
     names = [n for n in PACKETS if _named_contraction(n)]
     assert {"mm", "addmm", "baddbmm", "convolution", "convolution_backward", "_foreach_mm", "_grouped_mm",
             "_fft_r2c"} <= set(names), names
@@ -1139,7 +1142,8 @@ def test_contraction_length_finds_every_contraction():
     x = _t(3, 4)
     assert contraction_length(_direct(aten.mm.default, x, _t(4, 5))) == 4
     assert contraction_length(_direct(aten.add.Tensor, x, x)) == 0
-    assert contraction_length(_direct(aten.sum.default, x)) == 0
+    assert contraction_length(_direct(aten.sum.default, x)) == 12
+    assert contraction_length(_direct(aten.mul.Tensor, x, x)) == 0
 
 
 def test_contraction_tolerance_scales_with_length_and_magnitude():

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
+import seeds
+
 ROOT = Path(__file__).resolve().parents[1]
 RUNNER = ROOT / "tests" / "conformance" / "run_opinfo.py"
 PASS_RATE_TARGET = 0.97
@@ -148,10 +150,13 @@ def test_output_left_on_cpu_is_a_failure():
 
 
 @pytest.fixture(scope="module")
-def subset(tmp_path_factory):
+def subset(tmp_path_factory, request):
     out = tmp_path_factory.mktemp("conformance")
     report, raw = out / "subset.md", out / "subset.jsonl"
-    cmd = [sys.executable, str(RUNNER), "--jobs", "2", "--output", str(report), "--json", str(raw)]
+    cmd = [sys.executable, str(RUNNER), "--jobs", "2", "--output", str(report), "--json", str(raw),
+           "--seed", str(seeds.seed(harness.SAMPLE_SEED))]
+    if request.config.getoption("threads") is not None:  # pytest --threads (tests/conftest.py)
+        cmd += ["--threads", str(request.config.getoption("threads"))]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(line) for line in raw.read_text().splitlines() if line.strip()]

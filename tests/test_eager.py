@@ -21,6 +21,7 @@ import warnings
 import pytest
 import torch
 
+import seeds
 import torch_neuronx
 
 NEURON = torch.device("neuron", 0)
@@ -65,7 +66,7 @@ def compare(fn, *cpu_args, **tolerances):
 
 @pytest.fixture(autouse=True)
 def _seed():
-    torch.manual_seed(1234)
+    torch.manual_seed(seeds.seed(1234))
 
 
 # --------------------------------------------------------------------- views

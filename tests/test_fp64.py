@@ -23,6 +23,7 @@ import warnings
 import pytest
 import torch
 
+import seeds
 NEURON = torch.device("neuron", 0)
 EXACT = dict(rtol=0, atol=0)
 
@@ -45,7 +46,7 @@ def last_json(proc: subprocess.CompletedProcess):
 
 @pytest.fixture(autouse=True)
 def _setup():
-    torch.manual_seed(7)
+    torch.manual_seed(seeds.seed(7))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch_neuronx: float64")
         yield

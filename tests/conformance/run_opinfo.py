@@ -44,6 +44,9 @@ def parse_args(argv=None):
                    help="samples per (op, dtype); default: all with --full, else the subset cap")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per sample")
     p.add_argument("--jobs", type=int, default=1, help="worker processes")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per worker (default 1)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the CPU generator before each sample (default 0, harness.SAMPLE_SEED)")
     p.add_argument("--output", default=str(DEFAULT_OUTPUT), help="markdown report ('-' for none)")
     p.add_argument("--json", default=None, help="also write the raw per-case results here (JSON lines)")
     # internal
@@ -160,7 +163,8 @@ def worker(args) -> int:
 
     h = _harness()
     h.neuron_ops.set_fallback_mode("silent")
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
+    h.SAMPLE_SEED = args.seed
     shard, nshards = (int(x) for x in args.shard.split("/"))
     cases = enumerate_cases(args)[shard::nshards]
     log = ShardLog(args.results)

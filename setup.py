@@ -6,6 +6,8 @@ installed (an isolated build would fetch its own, multi-GB torch):
 """
 import glob
 import os
+import sys
+import sysconfig
 
 from setuptools import setup
 
@@ -17,6 +19,22 @@ from torch.utils.cpp_extension import BuildExtension, CppExtension
 # Compile the core's sources in parallel (one job per file).
 os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 2))
 
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+class PersistentBuildExt(BuildExtension.with_options(use_ninja=True)):
+    """Compiles into build/temp.<platform>-<python> of the source tree, the
+    directory `setup.py build_ext --inplace` uses, whatever temporary directory
+    the caller chose: pip's editable install picks a fresh one on every run,
+    which made ninja recompile every source each time. Kept here, ninja
+    recompiles only the sources (or headers) that changed."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        tag = f"{sysconfig.get_platform()}-{sys.implementation.cache_tag}"
+        self.build_temp = os.path.join(ROOT, "build", f"temp.{tag}")
+
+
 setup(
     ext_modules=[
         CppExtension(
@@ -25,5 +43,5 @@ setup(
             extra_compile_args=["-O2", "-std=c++20", "-Wno-unused-parameter"],
         )
     ],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    cmdclass={"build_ext": PersistentBuildExt},
 )

@@ -129,14 +129,16 @@ struct DeviceMemory {
 
 std::vector<std::unique_ptr<DeviceMemory>>& devices() {
   // One slot per possible core, created up front so the table never moves.
-  static std::vector<std::unique_ptr<DeviceMemory>> memories = [] {
-    std::vector<std::unique_ptr<DeviceMemory>> result;
+  // Leaked on purpose: threads that outlive static destruction at exit
+  // (autograd workers, gloo, OpenMP) may still free device blocks.
+  static auto* memories = [] {
+    auto* result = new std::vector<std::unique_ptr<DeviceMemory>>();
     for (int i = 0; i < kMaxDevices; ++i) {
-      result.push_back(std::make_unique<DeviceMemory>());
+      result->push_back(std::make_unique<DeviceMemory>());
     }
     return result;
   }();
-  return memories;
+  return *memories;
 }
 
 DeviceMemory& memoryOf(c10::DeviceIndex device) {
@@ -391,8 +393,9 @@ std::vector<BlockInfo> NeuronAllocator::snapshot() {
 }
 
 NeuronAllocator& neuronAllocator() {
-  static NeuronAllocator allocator;
-  return allocator;
+  // Leaked: PyTorch's allocator registry points at it until the process ends.
+  static auto* allocator = new NeuronAllocator();
+  return *allocator;
 }
 
 CaptureScope::CaptureScope(c10::DeviceIndex device) : previous_(t_capture_device) {

@@ -52,16 +52,18 @@ NeuronGeneratorImpl* NeuronGeneratorImpl::clone_impl() const {
 }
 
 const at::Generator& defaultGenerator(c10::DeviceIndex device) {
-  static std::array<at::Generator, kMaxDevices> generators;
+  // Leaked: random ops on threads still running at exit use them after
+  // static destruction.
+  static auto* generators = new std::array<at::Generator, kMaxDevices>();
   static std::array<std::once_flag, kMaxDevices> created;
   if (device < 0) {
     device = currentDevice();
   }
   checkDeviceIndex(device);
   std::call_once(created[device], [device] {
-    generators[device] = at::make_generator<NeuronGeneratorImpl>(device);
+    (*generators)[device] = at::make_generator<NeuronGeneratorImpl>(device);
   });
-  return generators[device];
+  return (*generators)[device];
 }
 
 at::Generator newGenerator(c10::DeviceIndex device) {

@@ -75,8 +75,8 @@ class PinnedAllocator final : public c10::Allocator {
 };
 
 PinnedAllocator& pinnedAllocator() {
-  static PinnedAllocator allocator;
-  return allocator;
+  static auto* allocator = new PinnedAllocator();  // leaked: pinned storages may outlive statics
+  return *allocator;
 }
 
 struct NeuronHooks final : public at::PrivateUse1HooksInterface {
@@ -119,8 +119,8 @@ struct NeuronHooks final : public at::PrivateUse1HooksInterface {
 } // namespace
 
 void registerHooks() {
-  static NeuronHooks hooks;
-  at::RegisterPrivateUse1HooksInterface(&hooks);
+  static auto* hooks = new NeuronHooks();  // leaked: PyTorch keeps the pointer to the end
+  at::RegisterPrivateUse1HooksInterface(hooks);
 }
 
 } // namespace torch_neuronx

@@ -48,6 +48,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("_init", &tn::lazyInit);
   m.def("_is_initialized", &tn::isInitialized);
   m.def("_is_in_bad_fork", &tn::isInBadFork);
+  // The GIL is released: the workers being drained may need it.
+  m.def("_drain_autograd_workers", &tn::drainAutogradWorkers,
+        py::call_guard<py::gil_scoped_release>());
 
   m.def("_set_fallback_mode", [](int mode) { tn::setFallbackMode(static_cast<tn::FallbackMode>(mode)); });
   m.def("_get_fallback_mode", [] { return static_cast<int>(tn::fallbackMode()); });

@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <array>
 #include <mutex>
 #include <pthread.h>
 
@@ -9,7 +11,8 @@ namespace torch_neuronx {
 namespace {
 
 std::atomic<int64_t> g_num_devices{0};
-std::vector<int64_t> g_capacity;
+// Trivially destructible: allocations on threads still running at exit read it.
+std::array<int64_t, kMaxDevices> g_capacity{};
 std::atomic<bool> g_initialized{false};
 std::atomic<bool> g_in_bad_fork{false};
 std::atomic<int> g_fallback_mode{static_cast<int>(FallbackMode::Warn)};
@@ -33,7 +36,7 @@ void configure(int64_t num_devices, std::vector<int64_t> capacity_bytes) {
   TORCH_CHECK(
       num_devices >= 0 && num_devices <= kMaxDevices,
       "configure: at most ", kMaxDevices, " NeuronCores per process");
-  g_capacity = std::move(capacity_bytes);
+  std::copy(capacity_bytes.begin(), capacity_bytes.end(), g_capacity.begin());
   g_num_devices = num_devices;
 }
 

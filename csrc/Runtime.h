@@ -38,6 +38,9 @@ void lazyInit();
 bool isInitialized();
 bool isInBadFork();
 
+// Lets autograd's neuron worker threads finish before Python shuts down (Shutdown.cpp).
+void drainAutogradWorkers();
+
 FallbackMode fallbackMode();
 void setFallbackMode(FallbackMode mode);
 Fp64Mode fp64Mode();

@@ -18,6 +18,8 @@ def _autoload() -> None:
     name must already exist then."""
 
 
+import atexit  # noqa: E402
+
 import torch  # noqa: E402
 
 from torch_neuronx import _C  # noqa: E402
@@ -41,6 +43,8 @@ def _register_device() -> None:
     ops.apply_env_policies()
     ops.register()
     printing.install()
+    # Registered first, so it runs after the atexit handlers of everything imported later.
+    atexit.register(_C._drain_autograd_workers)
 
 
 if torch._C._get_privateuse1_backend_name() != "neuron":

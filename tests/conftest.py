@@ -25,3 +25,14 @@ def pytest_configure(config):
             raise pytest.UsageError(f"--threads {threads}: needs a thread count of at least 1")
         torch.set_num_threads(threads)
     seeds.OFFSET = config.getoption("seed")
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """Dynamo's caches and the neuron compile metrics reset around a test."""
+    import torch_neuronx
+
+    torch._dynamo.reset()
+    torch_neuronx.reset_dynamo_metrics()
+    yield
+    torch._dynamo.reset()

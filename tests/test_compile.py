@@ -15,12 +15,7 @@ from torch_neuronx.compiler import NeuronCompileError, get_dynamo_metrics, reset
 DEVICE = "neuron"
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    reset_dynamo_metrics()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")  # tests/conftest.py
 
 
 def mlp():

@@ -48,10 +48,11 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def run(env_overrides):
+def run(env_overrides, script=SCRIPT, timeout=300):
+    """Runs ``script`` in a fresh process; returns its last stdout line as JSON, and its stderr."""
     env = dict(os.environ, **env_overrides)
-    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", SCRIPT], env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", script], env=env,
+                          capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
 
@@ -392,21 +393,13 @@ def test_random_graphs_from_the_aot_result_cache_stay_random(cache_dir):
     """A stored graph is rebuilt node by node: rebuilding it by tracing its code
     would run `uniform_(empty(...))` once at load time (drawing from the
     generator) and keep the numbers as a constant."""
-    env = dict(os.environ, **cache_dir)
-
-    def run_random():
-        proc = subprocess.run([sys.executable, "-W", "ignore", "-c", RANDOM_SCRIPT], env=env,
-                              capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-
-    cold = run_random()
-    warm = run_random()
+    cold, _ = run(cache_dir, RANDOM_SCRIPT)
+    warm, _ = run(cache_dir, RANDOM_SCRIPT)
     folder = cache_dir["TORCH_NEURONX_NEFF_CACHE_DIR"]
     for name in os.listdir(folder):
         if name.endswith(".neff"):
             os.remove(os.path.join(folder, name))
-    rebuilt = run_random()  # the stored graph lowered and compiled again
+    rebuilt, _ = run(cache_dir, RANDOM_SCRIPT)  # the stored graph lowered and compiled again
     assert [cold["aot_hits"], warm["aot_hits"], rebuilt["aot_hits"]] == [0, 1, 1]
     for result in (cold, warm, rebuilt):
         assert result["reseeded"] and result["next_differs"]
@@ -526,16 +519,8 @@ def test_a_second_process_runs_every_kind_of_graph_from_the_disk_cache(cache_dir
     segfaulted for every graph with a LAPACK call (QR, LU, triangular solves,
     matrix_exp, ormqr, Qwen3.5's linear attention). Each graph: the same
     results in both processes, matching CPU PyTorch, and loaded from disk."""
-    env = dict(os.environ, **cache_dir)
-
-    def run_cases():
-        proc = subprocess.run([sys.executable, "-W", "ignore", "-c", WARM_START_SCRIPT], env=env,
-                              capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-
-    cold = run_cases()
-    warm = run_cases()
+    cold, _ = run(cache_dir, WARM_START_SCRIPT, timeout=600)
+    warm, _ = run(cache_dir, WARM_START_SCRIPT, timeout=600)
     assert {name: result["hits"] for name, result in cold.items()} == dict.fromkeys(cold, 0)
     assert {name: result["hits"] for name, result in warm.items()} == dict.fromkeys(cold, 1)
     for result in (*cold.values(), *warm.values()):

@@ -17,7 +17,7 @@ import torch_neuronx  # noqa: F401
 from torch_neuronx.compiler import NeuronCompileError, get_dynamo_metrics
 
 
-from test_compile import fresh_dynamo  # noqa: E402,F401  (autouse: Dynamo and metrics reset per test)
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")  # tests/conftest.py: Dynamo and metrics reset per test
 
 
 def branchy(x):

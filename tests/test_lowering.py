@@ -1210,13 +1210,6 @@ def test_unsupported_index_forms_raise_clearly():
 
 
 # ------------------------------------------------------------ end-to-end models
-@pytest.fixture
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 class SmallCNN(nn.Module):
     def __init__(self):
         super().__init__()

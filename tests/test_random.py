@@ -330,14 +330,6 @@ COMPILED_OPS = {
 }
 
 
-@pytest.fixture
-def fresh_dynamo():
-    torch._dynamo.reset()
-    torch_neuronx.reset_dynamo_metrics()
-    yield
-    torch._dynamo.reset()
-
-
 def _compiled(fn):
     return torch.compile(fn, backend="neuron")
 

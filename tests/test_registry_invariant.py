@@ -38,14 +38,6 @@ DEVICE = "neuron"
 DECOMPOSED_TOLERANCE = dict(rtol=1e-5, atol=1e-5)
 
 
-@pytest.fixture
-def fresh_dynamo():
-    torch._dynamo.reset()
-    torch_neuronx.reset_dynamo_metrics()
-    yield
-    torch._dynamo.reset()
-
-
 def _t(*shape, **kwargs):
     return harness._t(*shape, **kwargs)
 

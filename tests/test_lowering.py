@@ -1354,10 +1354,17 @@ def test_model_forward_backward_matches_eager(name, autocast, fresh_dynamo):
 
     assert got_out.device.type == DEVICE and got_out.dtype == want_out.dtype
     tolerance = 1e-2 if autocast else 1e-4
-    errors = {"output": _max_error(got_out, want_out)}
-    errors.update({f"grad {n}": _max_error(got_grads[n], want_grads[n]) for n in want_grads})
-    worst = max(errors, key=errors.get)
-    assert errors[worst] <= tolerance, f"{name}: {worst} differs by {errors[worst]:.3g} (> {tolerance})"
+    # bf16 keeps 8 significant bits: besides the absolute 1e-2, each tensor may differ by two
+    # roundings (2 * 2**-8) of its own largest magnitude (gradients reach ~3 with some seeds).
+    scaled = 2 * 2.0 ** -8 if autocast else 0.0
+    pairs = {"output": (got_out, want_out), **{f"grad {n}": (got_grads[n], want_grads[n]) for n in want_grads}}
+    excess = {}
+    for key, (got, want) in pairs.items():
+        allowed = tolerance + scaled * want.float().abs().max().item()
+        excess[key] = (_max_error(got, want), allowed)
+    worst = max(excess, key=lambda k: excess[k][0] / excess[k][1])
+    error, allowed = excess[worst]
+    assert error <= allowed, f"{name}: {worst} differs by {error:.3g} (> {allowed:.3g})"
     if name == "cnn":  # BatchNorm running stats are updated in place by the compiled graph too
         for (n, a), (_, b) in zip(eager.named_buffers(), compiled_model.named_buffers()):
             assert _max_error(a, b) <= tolerance, f"buffer {n}"

@@ -212,6 +212,27 @@ def test_unlowered_op_raises_naming_the_op_and_source_line():
     assert "bessel_j0" in message and "test_compile.py" in message
 
 
+def _calls_bessel(x):
+    return torch.special.bessel_j0(x)
+
+
+def test_enable_stack_trace_lists_the_whole_python_stack(monkeypatch):
+    def f(x):
+        return _calls_bessel(x) + 1
+
+    def message():
+        torch._dynamo.reset()
+        with pytest.raises(Exception) as info:
+            torch.compile(f, backend="neuron")(torch.randn(4, device=DEVICE))
+        return str(info.value)
+
+    innermost = message()
+    assert "in _calls_bessel" in innermost and "in f\n" not in innermost
+    monkeypatch.setenv("TORCH_NEURONX_ENABLE_STACK_TRACE", "1")
+    whole = message()
+    assert "in _calls_bessel" in whole and "in f\n" in whole and "_calls_bessel(x) + 1" in whole
+
+
 def test_outputs_are_neuron_tensors_and_inputs_unchanged():
     def f(x, y):
         return (x @ y).softmax(-1), x.sum()

@@ -281,6 +281,16 @@ def test_torch_event_and_stream_with_device_neuron():
 
 
 # ------------------------------------------------------- NEURON_LAUNCH_BLOCKING
+def test_malformed_launch_blocking_is_a_clear_error():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_NEURONX", "NEURON_"))}
+    env.update(NEURON_LAUNCH_BLOCKING="yes")
+    env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
+    result = subprocess.run([sys.executable, "-c", "import torch; torch.ones(1, device='neuron'); print('started')"],
+                            env=env, capture_output=True, text=True, timeout=180)
+    assert result.returncode != 0 and "started" not in result.stdout
+    assert "NEURON_LAUNCH_BLOCKING='yes': expected '0' or '1'" in result.stderr
+
+
 def test_launch_blocking_is_accepted():
     code = (
         "import torch\n"

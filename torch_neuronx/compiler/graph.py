@@ -37,9 +37,16 @@ class UnloweredOp:
 
 
 def _source_line(node: torch.fx.Node) -> str:
+    """Where the node's op was called: the innermost frame of its recorded
+    Python stack, or the whole stack with TORCH_NEURONX_ENABLE_STACK_TRACE=1
+    (read per compile error, off the hot path)."""
     trace = (node.meta.get("stack_trace") or "").strip().splitlines()
     frames = [line.strip() for line in trace if line.strip().startswith("File")]
-    return frames[-1] if frames else "(no source line recorded)"
+    if not frames:
+        return "(no source line recorded)"
+    if os.environ.get("TORCH_NEURONX_ENABLE_STACK_TRACE", "0") == "1":
+        return "\n      ".join(line.rstrip() for line in trace if line.strip())
+    return frames[-1]
 
 
 def _introduces_value_dependence(node: torch.fx.Node) -> bool:

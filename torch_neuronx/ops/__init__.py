@@ -116,7 +116,11 @@ def register() -> None:
 
 
 def apply_env_policies() -> None:
-    """Reads TORCH_NEURONX_FALLBACK and TORCH_NEURONX_FP64."""
+    """Reads TORCH_NEURONX_FALLBACK, TORCH_NEURONX_FP64 and NEURON_LAUNCH_BLOCKING."""
+    blocking = os.environ.get("NEURON_LAUNCH_BLOCKING", "").strip()
+    if blocking not in ("", "0", "1"):
+        # The emulator already runs every launch synchronously; only a typo is an error.
+        raise ValueError(f"NEURON_LAUNCH_BLOCKING={blocking!r}: expected '0' or '1'")
     set_fallback_mode(os.environ.get("TORCH_NEURONX_FALLBACK", "warn"))
     mode = os.environ.get("TORCH_NEURONX_FP64", "emulate").strip().lower()
     if mode not in _FP64_MODES:

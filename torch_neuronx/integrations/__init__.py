@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import importlib.abc
 import importlib.machinery
-import os
 import sys
 import threading
 import warnings
@@ -163,7 +162,9 @@ class _PatchingFinder(importlib.abc.MetaPathFinder):
 
 def install() -> None:
     """Registers the import hook and every patch module (idempotent)."""
-    if os.environ.get("TORCH_NEURONX_DISABLE_INTEGRATIONS", "0") == "1":
+    from torch_neuronx import config
+
+    if config.disable_integrations():
         return
     if not any(isinstance(f, _PatchingFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, _PatchingFinder())

@@ -3,11 +3,9 @@ the fallback policy and op tracking."""
 
 from __future__ import annotations
 
-import os
-
 import torch
 
-from torch_neuronx import _C
+from torch_neuronx import _C, config
 from torch_neuronx.ops.registry import (
     ACCEPTS_HOST_TENSORS,
     DATA_MOVEMENT,
@@ -117,12 +115,11 @@ def register() -> None:
 
 def apply_env_policies() -> None:
     """Reads TORCH_NEURONX_FALLBACK, TORCH_NEURONX_FP64 and NEURON_LAUNCH_BLOCKING."""
-    blocking = os.environ.get("NEURON_LAUNCH_BLOCKING", "").strip()
-    if blocking not in ("", "0", "1"):
-        # The emulator already runs every launch synchronously; only a typo is an error.
-        raise ValueError(f"NEURON_LAUNCH_BLOCKING={blocking!r}: expected '0' or '1'")
-    set_fallback_mode(os.environ.get("TORCH_NEURONX_FALLBACK", "warn"))
-    mode = os.environ.get("TORCH_NEURONX_FP64", "emulate").strip().lower()
+    # The emulator already runs every launch synchronously: the value is only
+    # validated (a typo is an error).
+    config.launch_blocking()
+    set_fallback_mode(config.fallback_mode())
+    mode = config.fp64_mode()
     if mode not in _FP64_MODES:
         raise ValueError(f"TORCH_NEURONX_FP64={mode!r}: expected one of {sorted(_FP64_MODES)}")
     _C._set_fp64_mode(_FP64_MODES[mode])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from torch_neuronx import _C, config
+from torch_neuronx import _C, config, patching
 from torch_neuronx.ops.registry import (
     ACCEPTS_HOST_TENSORS,
     DATA_MOVEMENT,
@@ -84,20 +84,8 @@ def _register_python_kernels(kernels: dict, key: str = "PrivateUse1") -> None:
     """Native ops implemented in Python (ops/rnn.py, histogram.py, topk.py, sparse.py) for a neuron key."""
     library = torch.library.Library("aten", "IMPL")
     for name, kernel in kernels.items():
-        _hide_from_dynamo(kernel)
-        library.impl(name, kernel, key)
+        library.impl(name, patching.hide_from_dynamo(kernel), key)
     _python_kernels.append(library)
-
-
-def _hide_from_dynamo(kernel) -> None:
-    """A kernel is the op's implementation, not user code: when it runs eagerly
-    inside a torch.compile region (a frame Dynamo fell back on), Dynamo must
-    neither trace it nor anything it calls, or it compiles pieces of the kernel
-    and breaks their graphs on the device's host-memory calls. Marks the code
-    object the way torch.compiler.disable does, without importing Dynamo."""
-    from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
-
-    set_code_exec_strategy(kernel.__code__, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP))
 
 
 def register() -> None:

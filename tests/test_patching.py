@@ -67,11 +67,11 @@ LIST_PATCHES = """
             importlib.import_module(name)
         except ImportError:
             pass
-    from torch_neuronx import integrations, patching
+    from torch_neuronx import distributed, integrations, patching
     from torch_neuronx.compiler import default_backend
     from torch_neuronx.device import printing
     before = patching.applied()
-    printing.install(); default_backend.install()
+    printing.install(); default_backend.install(); distributed._record_device_id()
     print(json.dumps({
         "patches": [[p.target, p.by, p.why, p.installed(), patching.is_patched(p.replacement)]
                     for p in patching.applied()],
@@ -93,6 +93,8 @@ def test_every_listed_patch_is_installed():
         assert installed and marked, target
         assert by.startswith("torch_neuronx.") and why, target
     for expected in ("torch._tensor_str._Formatter.__init__", "torch._TorchCompileInductorWrapper.__call__",
+                     "torch.distributed.init_process_group",
+                     "torch.distributed.distributed_c10d.init_process_group",
                      "torch_neuronx.device.random.get_rng_state", "torch_neuronx.device.get_rng_state"):
         assert expected in targets, targets
     # Every integration applied in this process replaced something listed here.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import sys
 
 import torch
 import torch.distributed as dist
@@ -42,24 +41,11 @@ def local_device_index() -> int | None:
     return index
 
 
-def _requested_device() -> torch.device | None:
-    """The ``device_id`` given to init_process_group, if any.
-
-    The backend creator is not passed it, so it is read from the c10d helper
-    that calls the creator (None if PyTorch's internals change shape).
-    """
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "_new_process_group_helper":
-            device = frame.f_locals.get("device_id")
-            return device if isinstance(device, torch.device) else None
-        frame = frame.f_back
-    return None
-
-
 def bind_device() -> int | None:
     """Makes this process's core current: init_process_group's device_id, else LOCAL_RANK."""
-    requested = _requested_device()
+    from torch_neuronx.distributed import requested_device
+
+    requested = requested_device()
     if requested is not None and requested.type == "neuron" and requested.index is not None:
         index = requested.index
     else:

@@ -1346,6 +1346,40 @@ def test_single_process_group_in_process(monkeypatch):
         torch.neuron.set_device(previous)
 
 
+def test_device_id_as_an_index_binds_the_process(monkeypatch):
+    """init_process_group(device_id=i) (an index of the current accelerator) wins over
+    LOCAL_RANK too; the recorded device_id is gone once the call returns."""
+    import torch.distributed as dist
+
+    from torch_neuronx import distributed
+
+    if torch.neuron.device_count() < 2:
+        pytest.skip("needs 2 NeuronCores")
+    previous = torch.neuron.current_device()
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    dist.init_process_group("neuron", store=dist.HashStore(), rank=0, world_size=1, device_id=1)
+    try:
+        assert torch.neuron.current_device() == 1
+        assert distributed.requested_device() is None
+    finally:
+        dist.destroy_process_group()
+        torch.neuron.set_device(previous)
+
+
+def test_init_process_group_without_device_id_fails_loudly(monkeypatch):
+    """The device_id wrapper relies on init_process_group's public device_id parameter
+    and checks for it when installed, naming the PyTorch version."""
+    import re
+
+    from torch.distributed import distributed_c10d
+
+    from torch_neuronx import distributed
+
+    monkeypatch.setattr(distributed_c10d, "init_process_group", lambda backend=None, rank=-1: None)
+    with pytest.raises(RuntimeError, match=f"no device_id parameter in PyTorch {re.escape(torch.__version__)}"):
+        distributed._record_device_id()
+
+
 def test_backend_is_registered_for_neuron():
     import torch.distributed as dist
 

@@ -100,7 +100,7 @@ def test_patch_applies_when_registered_while_its_module_is_mid_import(tmp_path):
 
 # Imports every library (the first statement is given; torch comes second), then every
 # patched module, and reports the registered and applied patches and what they changed:
-# the tagged replacement functions (replace_once) and whether fp16 Accelerator works.
+# the tagged replacement functions (patching.patch_once) and whether fp16 Accelerator works.
 EVERY_PATCH = """
     import importlib, json, sys
     exec(sys.argv[1])

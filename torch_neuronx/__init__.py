@@ -30,11 +30,11 @@ __version__ = "0.1.0"
 def _register_device() -> None:
     from torch_neuronx import device as device_module
     from torch_neuronx import ops
-    from torch_neuronx.device import printing, profiles
+    from torch_neuronx.device import printing
 
-    profile = profiles.active_profile()
-    cores = profiles.visible_cores(profile)
-    _C._configure(len(cores), [profile.hbm_per_core] * len(cores))
+    # The profile and cores read (once) when torch_neuronx.device was imported.
+    cores = device_module._VISIBLE_CORES
+    _C._configure(len(cores), [device_module._PROFILE.hbm_per_core] * len(cores))
     torch.utils.rename_privateuse1_backend("neuron")
     torch._register_device_module("neuron", device_module)
     torch.utils.generate_methods_for_privateuse1_backend(

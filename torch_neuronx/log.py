@@ -12,8 +12,9 @@ shows compiles, cache hits and core binding without touching the script.
 from __future__ import annotations
 
 import logging
-import os
 import warnings
+
+from torch_neuronx import config
 
 ROOT = "torch_neuronx"
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -25,8 +26,7 @@ def get_logger(name: str = "") -> logging.Logger:
 
 def configure(value: str | None = None) -> None:
     """Applies TORCH_NEURONX_LOG_LEVEL (or ``value``) to the package logger."""
-    value = os.environ.get("TORCH_NEURONX_LOG_LEVEL", "") if value is None else value
-    value = value.strip().upper()
+    value = (config.log_level() or "") if value is None else value.strip().upper()
     logger = get_logger()
     if not value:
         return

@@ -7,15 +7,17 @@ from __future__ import annotations
 import itertools
 import os
 
+from torch_neuronx import config
+
 _counter = itertools.count()
 
 
 def directory() -> str | None:
-    root = os.environ.get("TORCH_NEURONX_DEBUG_DIR", "").strip()
-    keep = os.environ.get("TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS", "0").strip()
-    if not root or keep not in ("1", "true", "True"):
+    root = config.debug_dir()
+    keep = config.preserve_compilation_artifacts()
+    if not root or not keep:
         return None
-    return os.path.join(root, f"rank{os.environ.get('RANK', '0')}")
+    return os.path.join(root, f"rank{config.rank()}")
 
 
 def write(name: str, fx_code: str, stablehlo: str) -> None:

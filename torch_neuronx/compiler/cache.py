@@ -35,6 +35,7 @@ import warnings
 
 import torch
 
+from torch_neuronx import config
 from torch_neuronx.compiler import metrics
 from torch_neuronx.log import get_logger
 
@@ -44,41 +45,22 @@ _MAGIC = b"TNXNEFF2"
 _SUFFIX = ".neff"
 _HEADER = len(_MAGIC) + 32
 _ENTRY_SUFFIXES = (".neff", ".aot")
-_DEFAULT_MAX_SIZE = 10 * 2**30
 _STALE_TEMP_SECONDS = 3600  # a temporary file this old was left by a killed writer
-_SIZE = re.compile(r"(\d+(?:\.\d*)?)\s*([kmgt]?)(?:i?b)?", re.IGNORECASE)  # 500M, 10GB, 1.5GiB
 _CUSTOM_CALL = re.compile(r'custom_call_target="([^"]+)"')
 _XLA_TARGETS = ("TopK",)  # custom calls XLA:CPU implements itself (jax.lax.top_k: multinomial)
-_UNIT = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 
 
 def cache_dir() -> str | None:
     """The cache directory in force, or None when the disk cache is disabled."""
-    if os.environ.get("TORCH_NEURONX_NEFF_DISABLE_CACHE", "0").strip() in ("1", "true", "True"):
+    if config.neff_disable_cache():
         return None
-    configured = os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR", "").strip()
-    if configured:
-        return configured
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "torch_neuronx", "neff")
+    return config.neff_cache_dir()
 
 
 def max_size() -> int | None:
     """The size limit of the cache directory in bytes (TORCH_NEURONX_NEFF_CACHE_MAX_SIZE),
     or None for no limit."""
-    raw = os.environ.get("TORCH_NEURONX_NEFF_CACHE_MAX_SIZE", "").strip()
-    if not raw:
-        return _DEFAULT_MAX_SIZE
-    if raw.lower() in ("-1", "unlimited", "none"):
-        return None
-    match = _SIZE.fullmatch(raw)
-    if match is None:
-        raise ValueError(
-            f"TORCH_NEURONX_NEFF_CACHE_MAX_SIZE={raw!r} is not a size. Use bytes with an optional "
-            "unit (e.g. 500M, 10G, 1.5GiB; K, M, G, T are powers of 1024), or -1 / unlimited for "
-            "no limit."
-        )
-    return int(float(match.group(1)) * _UNIT[match.group(2).lower()])
+    return config.neff_cache_max_size()
 
 
 @functools.lru_cache(maxsize=1)
@@ -95,7 +77,7 @@ def _toolchain_fingerprint() -> str:
     package = pathlib.Path(torch_neuronx.__file__).parent
     for path in sorted((package / "lowering").glob("*.py")) + sorted((package / "compiler").glob("*.py")):
         digest.update(path.read_bytes())
-    digest.update(f"{jax.__version__}|{jaxlib.__version__}|{os.environ.get('XLA_FLAGS', '')}".encode())
+    digest.update(f"{jax.__version__}|{jaxlib.__version__}|{config.xla_flags()}".encode())
     digest.update(_cpu_flags().encode())
     return digest.hexdigest()
 

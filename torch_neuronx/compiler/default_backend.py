@@ -17,6 +17,8 @@ import warnings
 
 import torch
 
+from torch_neuronx import patching
+
 _warned = [False]
 
 
@@ -51,18 +53,18 @@ def _warn_once() -> None:
 
 
 def install() -> None:
-    wrapper = torch._TorchCompileInductorWrapper
-    inductor_call = wrapper.__call__
-    if getattr(inductor_call, "_neuron_redirect", False):
-        return
+    def build(inductor_call):
+        def __call__(self, model_, inputs_, **kwargs):
+            if not on_neuron(inputs_):
+                return inductor_call(self, model_, inputs_, **kwargs)
+            from torch_neuronx.compiler import neuron_backend
 
-    def __call__(self, model_, inputs_, **kwargs):
-        if not on_neuron(inputs_):
-            return inductor_call(self, model_, inputs_, **kwargs)
-        from torch_neuronx.compiler import neuron_backend
+            _warn_once()
+            return neuron_backend(model_, inputs_)
 
-        _warn_once()
-        return neuron_backend(model_, inputs_)
+        return __call__
 
-    __call__._neuron_redirect = True
-    wrapper.__call__ = __call__
+    patching.patch_once(
+        torch._TorchCompileInductorWrapper, "__call__", build,
+        why="torch.compile's default backend (Inductor) cannot generate code for neuron: graphs "
+            "with neuron inputs go to the neuron backend")

@@ -66,9 +66,9 @@ __all__ = [
 
 
 # The instance profile and visible cores this process was configured with. Read
-# once, when torch_neuronx registers the device (it imports this module right
-# before sizing the runtime from the same environment): like the C++ core, the
-# properties do not follow later changes to os.environ.
+# once, here, when torch_neuronx registers the device (it imports this module
+# and sizes the runtime from these two values): like the C++ core, the
+# properties do not follow later changes to the environment.
 _PROFILE = profiles.active_profile()
 _VISIBLE_CORES = tuple(profiles.visible_cores(_PROFILE))
 

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import torch._tensor_str as tensor_str
 
+from torch_neuronx import patching
+
 
 def install() -> None:
-    formatter_init = tensor_str._Formatter.__init__
-    if getattr(formatter_init, "_neuron_host_copy", False):
-        return
+    def build(formatter_init):
+        def __init__(self, tensor):
+            if tensor.device.type == "neuron":
+                tensor = tensor.cpu()
+            formatter_init(self, tensor)
 
-    def __init__(self, tensor):
-        if tensor.device.type == "neuron":
-            tensor = tensor.cpu()
-        formatter_init(self, tensor)
+        return __init__
 
-    __init__._neuron_host_copy = True
-    tensor_str._Formatter.__init__ = __init__
+    patching.patch_once(
+        tensor_str._Formatter, "__init__", build,
+        why="printing a neuron tensor formats a host copy (the formatter measures values in float64)")

@@ -7,11 +7,12 @@ error on a laptop happens where it would happen on the instance.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
+from torch_neuronx import config
+from torch_neuronx.config import DEFAULT_INSTANCE  # noqa: F401  (re-exported)
+
 GiB = 1024**3
-DEFAULT_INSTANCE = "trn2.3xlarge"
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ PROFILES: dict[str, InstanceProfile] = {
 
 
 def active_profile() -> InstanceProfile:
-    name = os.environ.get("TORCH_NEURONX_INSTANCE", "").strip() or DEFAULT_INSTANCE
+    name = config.instance()
     try:
         return PROFILES[name]
     except KeyError:
@@ -93,4 +94,4 @@ def parse_visible_cores(spec: str | None, total: int) -> list[int]:
 
 
 def visible_cores(profile: InstanceProfile) -> list[int]:
-    return parse_visible_cores(os.environ.get("NEURON_RT_VISIBLE_CORES"), profile.num_cores)
+    return parse_visible_cores(config.visible_cores(), profile.num_cores)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import importlib
-import os
-import sys
 
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroupGloo
+
+from torch_neuronx import config
 
 # torch_neuronx.device the module (the package's ``device`` attribute is the context manager).
 neuron_device = importlib.import_module("torch_neuronx.device")
@@ -21,22 +21,14 @@ def local_device_index() -> int | None:
     device is left as it is). Raises when the node runs more processes than it
     has visible cores.
     """
-    local_rank = os.environ.get("LOCAL_RANK")
-    if local_rank is None:
+    index = config.local_rank()
+    if index is None:
         return None
-    try:
-        index = int(local_rank)
-    except ValueError:
-        raise ValueError(f"LOCAL_RANK={local_rank!r} is not an integer") from None
     count = neuron_device.device_count()
-    local_world = os.environ.get("LOCAL_WORLD_SIZE")
-    try:
-        processes = int(local_world) if local_world is not None else index + 1
-    except ValueError:
-        processes = index + 1
-    processes = max(processes, index + 1)
+    local_world = config.local_world_size()
+    processes = max(local_world if local_world is not None else index + 1, index + 1)
     if processes > count:
-        visible = os.environ.get("NEURON_RT_VISIBLE_CORES")
+        visible = config.visible_cores()
         where = (f"NEURON_RT_VISIBLE_CORES={visible!r}" if visible
                  else "all cores of the instance profile")
         raise RuntimeError(
@@ -49,24 +41,11 @@ def local_device_index() -> int | None:
     return index
 
 
-def _requested_device() -> torch.device | None:
-    """The ``device_id`` given to init_process_group, if any.
-
-    The backend creator is not passed it, so it is read from the c10d helper
-    that calls the creator (None if PyTorch's internals change shape).
-    """
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "_new_process_group_helper":
-            device = frame.f_locals.get("device_id")
-            return device if isinstance(device, torch.device) else None
-        frame = frame.f_back
-    return None
-
-
 def bind_device() -> int | None:
     """Makes this process's core current: init_process_group's device_id, else LOCAL_RANK."""
-    requested = _requested_device()
+    from torch_neuronx.distributed import requested_device
+
+    requested = requested_device()
     if requested is not None and requested.type == "neuron" and requested.index is not None:
         index = requested.index
     else:

@@ -50,7 +50,7 @@ from typing import Any, Callable
 import torch
 from torch._C import _distributed_c10d as c10d
 
-from torch_neuronx import _C
+from torch_neuronx import _C, patching
 
 _NEURON = torch.device("neuron")
 _RedOpType = c10d.ReduceOp.RedOpType
@@ -482,6 +482,6 @@ def install() -> None:
                 # Dynamo must not trace these: under torch.compile a collective
                 # graph-breaks and runs eagerly, and the frames it calls (this
                 # kernel) would otherwise be compiled as new frames.
-                library.impl(name, torch._disable_dynamo(kernel, recursive=True), "PrivateUse1")
+                library.impl(name, patching.hide_from_dynamo(kernel), "PrivateUse1")
         _library = library
         atexit.register(_release_at_exit)

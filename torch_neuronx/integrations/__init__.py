@@ -7,22 +7,24 @@ library imported before torch), or at once when it is already imported, so users
 import nothing Neuron-specific: the libraries just work. Importing this
 package imports none of the patched libraries.
 
-A patch must be idempotent and as small as possible; docs/huggingface.md lists
-every one with the gap it closes. Set TORCH_NEURONX_DISABLE_INTEGRATIONS=1 to
+A patch must be idempotent and as small as possible: it replaces attributes
+with torch_neuronx.patching.patch_once (once, recorded with its reason, listed
+by patching.applied()); docs/huggingface.md lists every one with the gap it
+closes. Set TORCH_NEURONX_DISABLE_INTEGRATIONS=1 to
 run the libraries unpatched (to check whether a gap still exists).
 """
 
 from __future__ import annotations
 
-import functools
 import importlib.abc
 import importlib.machinery
-import os
 import sys
 import threading
 import warnings
 from collections.abc import Callable
 from types import ModuleType
+
+from torch_neuronx import patching
 
 _PENDING: dict[str, list[Callable[[ModuleType], None]]] = {}
 _APPLIED: list[str] = []
@@ -51,27 +53,9 @@ def patches(module_name: str) -> Callable[[Callable[[ModuleType], None]], Callab
     return register
 
 
-_PATCHED_ATTR = "_torch_neuronx_patched"
-
-
-def mark_patched(fn):
-    """Tags a replacement function, so that applying a patch twice is a no-op."""
-    setattr(fn, _PATCHED_ATTR, True)
-    return fn
-
-
-def already_patched(fn) -> bool:
-    return getattr(fn, _PATCHED_ATTR, False)
-
-
-def replace_once(owner, name: str, build: Callable[[Callable], Callable]) -> None:
-    """Replaces ``owner.<name>`` with ``build(original)``, which takes on the
-    original's name, docstring and signature (functools.wraps) and is tagged,
-    so that applying the same patch again changes nothing."""
-    original = getattr(owner, name)
-    if already_patched(original):
-        return
-    setattr(owner, name, mark_patched(functools.wraps(original)(build(original))))
+# The replacing itself (once, marked, recorded) is torch_neuronx.patching's:
+# patch modules call patching.patch_once(owner, name, build, why=...).
+already_patched = patching.is_patched
 
 
 def neuron_is_the_accelerator() -> bool:
@@ -163,7 +147,9 @@ class _PatchingFinder(importlib.abc.MetaPathFinder):
 
 def install() -> None:
     """Registers the import hook and every patch module (idempotent)."""
-    if os.environ.get("TORCH_NEURONX_DISABLE_INTEGRATIONS", "0") == "1":
+    from torch_neuronx import config
+
+    if config.disable_integrations():
         return
     if not any(isinstance(f, _PatchingFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, _PatchingFinder())

@@ -21,7 +21,8 @@ from types import ModuleType
 import torch
 
 from torch_neuronx.integrations import neuron_is_the_accelerator as _neuron_is_the_accelerator
-from torch_neuronx.integrations import patches, replace_once
+from torch_neuronx.integrations import patches
+from torch_neuronx.patching import patch_once
 
 
 @patches("accelerate.utils.modeling")
@@ -48,7 +49,8 @@ def neuron_max_memory(module: ModuleType) -> None:
 
         return get_max_memory
 
-    replace_once(module, "get_max_memory", build)
+    patch_once(module, "get_max_memory", build,
+               why="get_max_memory() reports NeuronCore memory, so device_map='auto' places on neuron")
 
 
 def _neuron_budgets(module: ModuleType, budgets: dict) -> dict:
@@ -73,7 +75,8 @@ def neuron_grad_scaler(module: ModuleType) -> None:
 
         return get_grad_scaler
 
-    replace_once(module, "get_grad_scaler", build)
+    patch_once(module, "get_grad_scaler", build,
+               why="get_grad_scaler() returns a neuron GradScaler instead of a disabled CUDA one")
 
 
 # The device types Accelerator.__init__ accepts for fp16, a literal tuple in its code.
@@ -89,13 +92,14 @@ def neuron_fp16_mixed_precision(module: ModuleType) -> None:
     the patch swaps that one constant of ``__init__``'s code object; everything
     else in ``__init__`` runs unchanged. If a future accelerate no longer has the
     tuple, nothing is changed (tests/test_hf_detection.py then fails loudly)."""
-    init = module.Accelerator.__init__
-    code = init.__code__
-    consts = tuple(
-        const + ("neuron",) if _is_fp16_device_tuple(const) else const for const in code.co_consts
-    )
-    if consts != code.co_consts:
-        init.__code__ = code.replace(co_consts=consts)
+    def build(code):
+        consts = tuple(
+            const + ("neuron",) if _is_fp16_device_tuple(const) else const for const in code.co_consts
+        )
+        return code.replace(co_consts=consts) if consts != code.co_consts else code
+
+    patch_once(module.Accelerator.__init__, "__code__", build, wraps=False,
+               why="Accelerator(mixed_precision='fp16') accepts the neuron device")
 
 
 def _is_fp16_device_tuple(const) -> bool:

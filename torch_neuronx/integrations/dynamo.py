@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from torch_neuronx.integrations import patches, replace_once
+from torch_neuronx.integrations import patches
+from torch_neuronx.patching import patch_once
 
 _REASON = "it reads or sets a neuron RNG generator, which is no graph op (as torch.cuda's RNG API)"
 
@@ -44,4 +45,5 @@ def neuron_rng_state_graph_breaks(module: ModuleType) -> None:
     # torch.neuron (torch_neuronx.device) re-exports them: both names are replaced.
     for name in random.STATE_FUNCTIONS:
         for owner in (random, device):
-            replace_once(owner, name, build)
+            patch_once(owner, name, build,
+                       why="Dynamo graph-breaks on torch.neuron's RNG state functions, as on torch.cuda's")

@@ -20,7 +20,8 @@ from __future__ import annotations
 from types import ModuleType
 
 from torch_neuronx.integrations import neuron_is_the_accelerator as _neuron_is_the_accelerator
-from torch_neuronx.integrations import patches, replace_once
+from torch_neuronx.integrations import patches
+from torch_neuronx.patching import patch_once
 
 
 @patches("peft.utils.other")
@@ -34,4 +35,5 @@ def neuron_infer_device(module: ModuleType) -> None:
 
         return infer_device
 
-    replace_once(module, "infer_device", build)
+    patch_once(module, "infer_device", build,
+               why="infer_device() answers 'neuron' (not 'cpu') when neuron is the accelerator")

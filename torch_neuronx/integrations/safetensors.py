@@ -14,7 +14,8 @@ from types import ModuleType
 
 import torch
 
-from torch_neuronx.integrations import patches, replace_once
+from torch_neuronx.integrations import patches
+from torch_neuronx.patching import patch_once
 
 
 def _is_neuron(device) -> bool:
@@ -37,4 +38,5 @@ def neuron_load_file(module: ModuleType) -> None:
 
         return load_file
 
-    replace_once(module, "load_file", build)
+    patch_once(module, "load_file", build,
+               why="load_file(device='neuron') reads on the CPU and moves (the reader rejects neuron)")

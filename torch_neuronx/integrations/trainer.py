@@ -22,7 +22,8 @@ from types import ModuleType
 
 import torch
 
-from torch_neuronx.integrations import patches, replace_once
+from torch_neuronx.integrations import patches
+from torch_neuronx.patching import patch_once
 
 _KEY = "neuron"
 
@@ -82,5 +83,6 @@ def neuron_rng_state_in_checkpoints(module: ModuleType) -> None:
 
         return _load_rng_state
 
-    replace_once(module.Trainer, "_save_rng_state", build_save)
-    replace_once(module.Trainer, "_load_rng_state", build_load)
+    why = "Trainer checkpoints save and restore the neuron RNG state, so resuming reproduces a run"
+    patch_once(module.Trainer, "_save_rng_state", build_save, why=why)
+    patch_once(module.Trainer, "_load_rng_state", build_load, why=why)

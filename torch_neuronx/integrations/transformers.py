@@ -25,7 +25,8 @@ from types import ModuleType
 import torch
 
 from torch_neuronx.integrations import neuron_is_the_accelerator as _neuron_is_the_accelerator
-from torch_neuronx.integrations import patches, replace_once
+from torch_neuronx.integrations import patches
+from torch_neuronx.patching import patch_once
 
 
 @patches("transformers.modeling_utils")
@@ -41,7 +42,8 @@ def neuron_compile_config(module: ModuleType) -> None:
 
         return get_compiled_call
 
-    replace_once(module.PreTrainedModel, "get_compiled_call", build)
+    patch_once(module.PreTrainedModel, "get_compiled_call", build,
+               why="an explicit CompileConfig (backend='inductor') compiles neuron models with backend='neuron'")
 
 
 # Position of ``device`` among Pipeline.__init__'s arguments after ``model``.
@@ -65,7 +67,8 @@ def neuron_pipeline_device(module: ModuleType) -> None:
 
         return __init__
 
-    replace_once(module.Pipeline, "__init__", build)
+    patch_once(module.Pipeline, "__init__", build,
+               why="pipelines turn integer devices into neuron cores instead of the CPU")
 
 
 def _as_neuron_core(device, model):

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from torch_neuronx.integrations import patches, replace_once
+from torch_neuronx.integrations import patches
+from torch_neuronx.patching import patch_once
 
 
 
@@ -38,4 +39,5 @@ def neuron_multi_process_model_loading(module: ModuleType) -> None:
 
         return create_model_from_path
 
-    replace_once(module, "create_model_from_path", build)
+    patch_once(module, "create_model_from_path", build,
+               why="MULTI_NEURON runs load models with device_map=None, as TRL does for MULTI_GPU")

@@ -6,8 +6,9 @@ NEURON_PLATFORM_TARGET_OVERRIDE (trn2 or trn3, default trn2), read at each launc
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
+
+from torch_neuronx import config
 
 from .errors import NKIError
 
@@ -50,14 +51,14 @@ TARGETS = {
                    dma_queue_bytes_per_ns=33.0, fp8_matmul_speedup=4.0),
 }
 
-ENV_VAR = "NEURON_PLATFORM_TARGET_OVERRIDE"
+ENV_VAR = config.PLATFORM_TARGET.name  # NEURON_PLATFORM_TARGET_OVERRIDE
 
 
 def get_target(name: str | None = None) -> Target:
     """The named target, or the one NEURON_PLATFORM_TARGET_OVERRIDE selects (default trn2)."""
     source = "target"
     if name is None:
-        name = os.environ.get(ENV_VAR, "").strip() or "trn2"
+        name = config.platform_target()
         source = ENV_VAR
     if isinstance(name, Target):
         return name

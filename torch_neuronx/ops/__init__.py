@@ -3,11 +3,9 @@ the fallback policy and op tracking."""
 
 from __future__ import annotations
 
-import os
-
 import torch
 
-from torch_neuronx import _C
+from torch_neuronx import _C, config, patching
 from torch_neuronx.ops.registry import (
     ACCEPTS_HOST_TENSORS,
     DATA_MOVEMENT,
@@ -86,20 +84,8 @@ def _register_python_kernels(kernels: dict, key: str = "PrivateUse1") -> None:
     """Native ops implemented in Python (ops/rnn.py, histogram.py, topk.py, sparse.py) for a neuron key."""
     library = torch.library.Library("aten", "IMPL")
     for name, kernel in kernels.items():
-        _hide_from_dynamo(kernel)
-        library.impl(name, kernel, key)
+        library.impl(name, patching.hide_from_dynamo(kernel), key)
     _python_kernels.append(library)
-
-
-def _hide_from_dynamo(kernel) -> None:
-    """A kernel is the op's implementation, not user code: when it runs eagerly
-    inside a torch.compile region (a frame Dynamo fell back on), Dynamo must
-    neither trace it nor anything it calls, or it compiles pieces of the kernel
-    and breaks their graphs on the device's host-memory calls. Marks the code
-    object the way torch.compiler.disable does, without importing Dynamo."""
-    from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
-
-    set_code_exec_strategy(kernel.__code__, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP))
 
 
 def register() -> None:
@@ -117,12 +103,11 @@ def register() -> None:
 
 def apply_env_policies() -> None:
     """Reads TORCH_NEURONX_FALLBACK, TORCH_NEURONX_FP64 and NEURON_LAUNCH_BLOCKING."""
-    blocking = os.environ.get("NEURON_LAUNCH_BLOCKING", "").strip()
-    if blocking not in ("", "0", "1"):
-        # The emulator already runs every launch synchronously; only a typo is an error.
-        raise ValueError(f"NEURON_LAUNCH_BLOCKING={blocking!r}: expected '0' or '1'")
-    set_fallback_mode(os.environ.get("TORCH_NEURONX_FALLBACK", "warn"))
-    mode = os.environ.get("TORCH_NEURONX_FP64", "emulate").strip().lower()
+    # The emulator already runs every launch synchronously: the value is only
+    # validated (a typo is an error).
+    config.launch_blocking()
+    set_fallback_mode(config.fallback_mode())
+    mode = config.fp64_mode()
     if mode not in _FP64_MODES:
         raise ValueError(f"TORCH_NEURONX_FP64={mode!r}: expected one of {sorted(_FP64_MODES)}")
     _C._set_fp64_mode(_FP64_MODES[mode])

@@ -94,17 +94,10 @@ def emulating_fp64() -> bool:
 
 
 def narrow_input(array):
-    """Graph inputs under the fp64 rule: float64 arrays enter as float32.
-
-    None passes through: AOTAutograd's effect tokens (ops with side effects,
-    such as linalg's error checks) arrive as None inputs."""
-    import jax.numpy as jnp
-
-    if array is None:
-        return None
+    """Graph inputs under the fp64 rule: float64 arrays enter as float32
+    (None, an effect token, passes through)."""
     if emulating_fp64():
-        if array.dtype == jnp.float64:
-            return array.astype(jnp.float32)
-        if array.dtype == jnp.complex128:
-            return array.astype(jnp.complex64)
+        from torch_neuronx.lowering.conversions import narrow_array
+
+        return narrow_array(array)
     return array

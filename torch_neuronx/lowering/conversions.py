@@ -1,5 +1,8 @@
-"""Every conversion between torch and jax values, in one place: tensors to jax
-arrays and back (DLPack, without copies).
+"""Every conversion between torch and jax values, in one place: dtypes
+(torch <-> jax/numpy), the fp64 rule's narrowing (float64 computed as float32,
+complex128 as complex64, when the device's fp64 mode emulates them), and
+tensors to jax arrays and back (DLPack, without copies). The C++ side narrows
+eager tensors itself (csrc/Eager.cpp).
 
 Importing this module does not import JAX (the bridge imports it on first use);
 torch_neuronx imports it only when compiling.
@@ -12,7 +15,66 @@ import os
 
 import torch
 
+# ------------------------------------------------------------------ dtypes
+_NARROW = {torch.float64: torch.float32, torch.complex128: torch.complex64}
 
+
+def narrow_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a torch dtype is computed in under the fp64 rule."""
+    return _NARROW.get(dtype, dtype)
+
+
+@functools.lru_cache(maxsize=1)
+def _dtype_maps() -> tuple[dict, dict]:
+    """(torch -> jax, numpy -> torch), built on first use (imports JAX)."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    to_jax = {
+        torch.float32: jnp.float32, torch.float64: jnp.float64, torch.float16: jnp.float16,
+        torch.bfloat16: jnp.bfloat16, torch.int64: jnp.int64, torch.int32: jnp.int32,
+        torch.int16: jnp.int16, torch.int8: jnp.int8, torch.uint8: jnp.uint8, torch.bool: jnp.bool_,
+        torch.complex64: jnp.complex64, torch.complex128: jnp.complex128,
+        torch.uint16: jnp.uint16, torch.uint32: jnp.uint32, torch.uint64: jnp.uint64,
+    }
+    return to_jax, {np.dtype(v): k for k, v in to_jax.items()}
+
+
+def jax_dtype(dtype: torch.dtype, narrow: bool = False):
+    """The jax dtype of a torch dtype (float64 -> float32 when `narrow`: the fp64 rule)."""
+    if narrow:
+        dtype = _NARROW.get(dtype, dtype)
+    try:
+        return _dtype_maps()[0][dtype]
+    except KeyError:
+        raise NotImplementedError(f"dtype {dtype} has no jax equivalent") from None
+
+
+def torch_dtype(dtype) -> torch.dtype:
+    """The torch dtype of a jax / numpy dtype."""
+    import numpy as np
+
+    return _dtype_maps()[1][np.dtype(dtype)]
+
+
+def narrow_array(array):
+    """A jax array under the fp64 rule: float64 enters as float32, complex128 as
+    complex64.
+
+    None passes through: AOTAutograd's effect tokens (ops with side effects,
+    such as linalg's error checks) arrive as None inputs."""
+    import jax.numpy as jnp
+
+    if array is None:
+        return None
+    if array.dtype == jnp.float64:
+        return array.astype(jnp.float32)
+    if array.dtype == jnp.complex128:
+        return array.astype(jnp.complex64)
+    return array
+
+
+# ------------------------------------------------------- tensors (DLPack)
 def host_input(tensor: torch.Tensor, index: int) -> torch.Tensor:
     from torch_neuronx import _C
 

@@ -67,7 +67,9 @@ class CompiledGraph:
     def _setup(self, gm: torch.fx.GraphModule, name: str, key: str) -> None:
         import jax
 
-        from torch_neuronx.lowering import common  # noqa: F401  (jax_enable_x64, as when lowering)
+        from torch_neuronx import lowering
+
+        lowering.load()  # jax_enable_x64, as when lowering
 
         self.gm = gm
         self.name = name

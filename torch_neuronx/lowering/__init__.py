@@ -6,7 +6,8 @@ and dtypes as given by the FX graph) and returns jax arrays (a tuple for ops
 with several outputs). Tracing the FX graph through these functions under
 jax.jit produces one StableHLO module per graph.
 
-Importing this package imports JAX; only the compiler does that, on first use.
+Importing this package does not import JAX; load() (called by lookup) imports
+the lowering modules, and JAX with them, on first use by the compiler.
 """
 
 from __future__ import annotations
@@ -31,15 +32,38 @@ def lowering(*targets):
     return register
 
 
-def _load_table() -> None:
-    from torch_neuronx.lowering import aten, random  # noqa: F401  (register the lowerings)
-    from torch_neuronx.lowering import control_flow, fft, linalg, misc, optim  # noqa: F401
+_loaded = threading.Event()
+_load_lock = threading.Lock()
+
+
+def load() -> None:
+    """Fills LOWERINGS, once per process: imports the per-domain modules (each
+    registers its ops), then adds the entries derived from others."""
+    if _loaded.is_set():
+        return
+    with _load_lock:
+        if _loaded.is_set():
+            return
+        import jax
+
+        # int64 / float64 tensors keep their dtype in the traced graphs: with
+        # jax's default (x64 off) they would become int32 / float32. The switch
+        # is process-wide; it is set here, before any lowering module builds a
+        # jax value, and only this compiler uses jax in the process.
+        jax.config.update("jax_enable_x64", True)
+        # In this order: where two modules register the same op, the later one's entry is kept.
+        from torch_neuronx.lowering import aten, nn, reductions, shapes  # noqa: F401
+        from torch_neuronx.lowering import random, control_flow, fft, linalg, misc, optim  # noqa: F401
+
+        # Derived entries, once every plain lowering is registered.
+        misc.register_copy_variants()
+        aten.register_foreach()
+        _loaded.set()
 
 
 def lookup(target) -> Callable | None:
     """The lowering of an FX node target (an OpOverload), if any."""
-    if not LOWERINGS:
-        _load_table()
+    load()
     fn = LOWERINGS.get(target)
     if fn is None and isinstance(target, torch._ops.OpOverload):
         fn = LOWERINGS.get(target.overloadpacket)
@@ -48,7 +72,7 @@ def lookup(target) -> Callable | None:
 
 def lowered_op_names() -> set[str]:
     """Base names ("add", "mm") of every op with a lowering."""
-    _load_table()
+    load()
     names = set()
     for target in LOWERINGS:
         packet = target.overloadpacket if isinstance(target, torch._ops.OpOverload) else target

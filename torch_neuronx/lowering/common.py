@@ -19,8 +19,6 @@ from torch._prims_common import elementwise_dtypes
 
 from torch_neuronx.lowering import conversions, emulating_fp64
 
-jax.config.update("jax_enable_x64", True)  # int64 / float64 tensors keep their dtype
-
 __all__ = [
     "KIND", "acc_dtype", "as_tuple", "cast", "default_float", "dims", "is_array", "is_float",
     "is_int", "jax_dtype", "promote", "torch_dtype",

@@ -48,8 +48,10 @@ def _copy_of(view_lowering):
     return lower
 
 
-for _name in ("as_strided", "permute", "select", "slice", "split", "unbind", "view"):
-    lowering(getattr(aten, _name + "_copy"))(_copy_of(LOWERINGS[getattr(aten, _name)]))
+def register_copy_variants() -> None:
+    """The *_copy entries, from their view ops' (lowering.load() runs it once all are registered)."""
+    for name in ("as_strided", "permute", "select", "slice", "split", "unbind", "view"):
+        lowering(getattr(aten, name + "_copy"))(_copy_of(LOWERINGS[getattr(aten, name)]))
 
 
 @lowering(aten.narrow_copy)

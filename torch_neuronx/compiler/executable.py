@@ -101,9 +101,9 @@ class CompiledGraph:
         from torch_neuronx import lowering
 
         replaced = {node: src for _, src, node in self.mutations}
-        with lowering.rng_scope(seed), lowering.fp64_rule(self.emulate_fp64):
-            outputs, env = run_graph(self.gm, arrays, replaced)
-            written = [env[src] for _, src, _ in self.mutations]
+        ctx = lowering.TraceContext(seed, emulate_fp64=self.emulate_fp64)
+        outputs, env = run_graph(self.gm, arrays, ctx, replaced)
+        written = [env[src] for _, src, _ in self.mutations]
         return outputs, written
 
     # -- running ---------------------------------------------------------------

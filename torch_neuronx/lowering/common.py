@@ -17,7 +17,7 @@ import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as KIND
 from torch._prims_common import elementwise_dtypes
 
-from torch_neuronx.lowering import conversions, emulating_fp64
+from torch_neuronx.lowering import conversions, current
 
 __all__ = [
     "KIND", "acc_dtype", "as_tuple", "cast", "default_float", "dims", "is_array", "is_float",
@@ -26,7 +26,7 @@ __all__ = [
 
 def jax_dtype(dtype: torch.dtype):
     """The jax dtype of a torch dtype (float64 -> float32 under the fp64 rule)."""
-    return conversions.jax_dtype(dtype, narrow=emulating_fp64())
+    return conversions.jax_dtype(dtype, narrow=current().emulate_fp64)
 
 
 torch_dtype = conversions.torch_dtype

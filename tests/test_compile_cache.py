@@ -13,13 +13,13 @@ import pytest
 SCRIPT = textwrap.dedent(
     """
     import json, time, torch, torch_neuronx
-    from torch_neuronx.compiler import get_dynamo_metrics, graph
+    from torch_neuronx.compiler import executable, get_dynamo_metrics
     traces = []
-    interpret = graph.CompiledGraph._interpret
+    interpret = executable.CompiledGraph._interpret
     def counted(self, *args):
         traces.append(self.name)
         return interpret(self, *args)
-    graph.CompiledGraph._interpret = counted  # tracing a graph through the lowering table
+    executable.CompiledGraph._interpret = counted  # tracing a graph through the lowering table
     import torch._functorch.aot_autograd as aot
     captures = []
     capture = aot.aot_stage1_graph_capture

@@ -60,7 +60,7 @@ import jax.numpy as jnp  # noqa: E402
 aten = torch.ops.aten
 DEVICE = "neuron"
 
-lowering._load_table()
+lowering.load()
 
 # ----------------------------------------------------------------- tolerances
 TIGHT = (1.3e-6, 1e-5)

@@ -114,7 +114,7 @@ def _trace_decomposition(op, args):
 
 def _run_compiled(gm, tensors):
     """The graph through the compiler's own runner (lowering table -> XLA), on the device."""
-    from torch_neuronx.compiler.graph import compile_graph
+    from torch_neuronx.compiler.backend import compile_graph
 
     outputs = compile_graph(gm, tensors, "invariant")([t.to(DEVICE) for t in tensors])
     return [o.cpu() for o in _flat_tensors(outputs)]
@@ -126,7 +126,7 @@ def _flat_tensors(value):
 
 @pytest.mark.parametrize("name", sorted(DECOMPOSED_CASES))
 def test_decomposition_reaches_lowered_ops_and_matches_cpu(name):
-    from torch_neuronx.compiler.graph import unlowered_ops
+    from torch_neuronx.compiler.lowerability import unlowered_ops
 
     for op, args in DECOMPOSED_CASES[name]:
         assert op in decomposition_table() or torch._C._dispatch_has_kernel_for_dispatch_key(

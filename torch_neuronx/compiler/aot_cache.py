@@ -11,7 +11,7 @@ graphs, whose executables then come from the executable cache (cache.py).
 
 PyTorch's AOTAutogradCache builds the entries and re-wraps them on a hit (its
 "bundled" form, where the compiled graphs are pickled whole; ours pickle as
-their FX graph, node by node: graph.CompiledGraph.__getstate__, fx_pickle.py).
+their FX graph, node by node: executable.CompiledGraph.__getstate__, fx_pickle.py).
 What this module supplies: the key, computed without Inductor's (whose
 computation imports Inductor's code generators, over a second); the storage,
 cache.py's checksummed entries under TORCH_NEURONX_NEFF_CACHE_DIR; and

@@ -648,7 +648,8 @@ def _foreach_lowering(overload, base):
     return lower
 
 
-def _register_foreach():
+def register_foreach():
+    """The _foreach_ variants of every lowered op (lowering.load() runs it once all are registered)."""
     names = sorted({
         name.split("::")[1].split(".")[0] for name in torch._C._dispatch_get_all_op_names()
         if name.startswith("aten::_foreach_") and not name.split(".")[0].endswith("_")
@@ -663,10 +664,3 @@ def _register_foreach():
                 continue
             overload = getattr(packet, overload_name)
             LOWERINGS[overload] = _foreach_lowering(overload, base)
-
-
-# The other modules register the remaining ops; _foreach_ ops come last since
-# they wrap the plain lowerings.
-from torch_neuronx.lowering import nn, reductions, shapes  # noqa: E402,F401
-
-_register_foreach()

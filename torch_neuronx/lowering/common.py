@@ -17,38 +17,19 @@ import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as KIND
 from torch._prims_common import elementwise_dtypes
 
-from torch_neuronx.lowering import emulating_fp64
-
-jax.config.update("jax_enable_x64", True)  # int64 / float64 tensors keep their dtype
+from torch_neuronx.lowering import conversions, current
 
 __all__ = [
     "KIND", "acc_dtype", "as_tuple", "cast", "default_float", "dims", "is_array", "is_float",
     "is_int", "jax_dtype", "promote", "torch_dtype",
 ]
 
-_DTYPES = {
-    torch.float32: jnp.float32, torch.float64: jnp.float64, torch.float16: jnp.float16,
-    torch.bfloat16: jnp.bfloat16, torch.int64: jnp.int64, torch.int32: jnp.int32,
-    torch.int16: jnp.int16, torch.int8: jnp.int8, torch.uint8: jnp.uint8, torch.bool: jnp.bool_,
-    torch.complex64: jnp.complex64, torch.complex128: jnp.complex128,
-    torch.uint16: jnp.uint16, torch.uint32: jnp.uint32, torch.uint64: jnp.uint64,
-}
-_TORCH = {np.dtype(v): k for k, v in _DTYPES.items()}
-_NARROW = {torch.float64: torch.float32, torch.complex128: torch.complex64}
-
-
 def jax_dtype(dtype: torch.dtype):
     """The jax dtype of a torch dtype (float64 -> float32 under the fp64 rule)."""
-    if emulating_fp64():
-        dtype = _NARROW.get(dtype, dtype)
-    try:
-        return _DTYPES[dtype]
-    except KeyError:
-        raise NotImplementedError(f"dtype {dtype} has no jax equivalent") from None
+    return conversions.jax_dtype(dtype, narrow=current().emulate_fp64)
 
 
-def torch_dtype(dtype) -> torch.dtype:
-    return _TORCH[np.dtype(dtype)]
+torch_dtype = conversions.torch_dtype
 
 
 def default_float():

@@ -3,7 +3,7 @@
 torch.cond, torch._higher_order_ops.while_loop, scan and map reach the
 backend as higher-order ops whose branches and bodies are subgraphs; the
 compiler passes each subgraph here as a function of jax values
-(compiler/graph.py:run_graph). They become lax.cond / lax.while_loop /
+(lowering/interpreter.py:run_graph). They become lax.cond / lax.while_loop /
 lax.scan / lax.map: the control flow stays inside the one compiled
 executable, decided on the device by tensor values, as on Trainium, instead
 of breaking the graph. AOTAutograd differentiates cond, scan and map itself

@@ -19,11 +19,11 @@ aten = torch.ops.aten
 
 
 # ------------------------------------------------------------------ effects
-@lowering(torch.ops.higher_order.with_effects)
-def with_effects(token, op, *args, **kwargs):
+@lowering(torch.ops.higher_order.with_effects, context=True)
+def with_effects(ctx, token, op, *args, **kwargs):
     """(token, result of op): the token passes through unchanged (XLA orders nothing here;
     the ops it guards have no effect a compiled graph can perform)."""
-    fn = lookup(op)
+    fn = lookup(op, ctx)
     if fn is None:
         raise NotImplementedError(f"torch.compile(backend='neuron'): effectful op {op} has no lowering")
     result = fn(*args, **kwargs)
@@ -48,8 +48,10 @@ def _copy_of(view_lowering):
     return lower
 
 
-for _name in ("as_strided", "permute", "select", "slice", "split", "unbind", "view"):
-    lowering(getattr(aten, _name + "_copy"))(_copy_of(LOWERINGS[getattr(aten, _name)]))
+def register_copy_variants() -> None:
+    """The *_copy entries, from their view ops' (lowering.load() runs it once all are registered)."""
+    for name in ("as_strided", "permute", "select", "slice", "split", "unbind", "view"):
+        lowering(getattr(aten, name + "_copy"))(_copy_of(LOWERINGS[getattr(aten, name)]))
 
 
 @lowering(aten.narrow_copy)

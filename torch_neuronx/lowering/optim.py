@@ -18,14 +18,15 @@ from __future__ import annotations
 import jax.numpy as jnp
 import torch
 
-from torch_neuronx.lowering import emulating_fp64, lowering
+from torch_neuronx.lowering import lowering
+from torch_neuronx.lowering.common import jax_dtype
 
 aten = torch.ops.aten
 
 
 def _double():
     """PyTorch computes the per-step scalars in double; float32 under the fp64 rule."""
-    return jnp.float32 if emulating_fp64() else jnp.float64
+    return jax_dtype(torch.float64)
 
 
 def _opmath(dtype):

@@ -1,0 +1,112 @@
+"""The Dynamo backend registered as "neuron" (neuron_backend): per graph, the
+lowerability check, then either one executable or the eager fallback."""
+
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+
+import torch
+
+from torch_neuronx.compiler import aot, dynamo_hooks, metrics
+from torch_neuronx.compiler.errors import NeuronCompileError
+
+_warned_modes: set[str] = set()
+
+
+def _fallback_execution_disabled() -> bool:
+    return os.environ.get("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "1").strip() not in ("0", "false", "False")
+
+
+def _check_inputs(example_inputs) -> None:
+    for value in example_inputs:
+        if isinstance(value, torch.SymInt) or (
+            isinstance(value, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in value.shape)
+        ):
+            raise NeuronCompileError(
+                "torch.compile(backend='neuron') does not support dynamic shapes (dynamic=True or "
+                "mark_dynamic): Neuron compiles one executable per input shape. Remove dynamic=True; "
+                "each new shape is compiled once and cached."
+            )
+
+
+def _raise(error: Exception, args) -> None:
+    raise error
+
+
+def _compiler(kind: str):
+    def compile_fn(gm: torch.fx.GraphModule, example_inputs):
+        from torch_neuronx.compiler.lowerability import unlowered_message, unlowered_ops
+        from torch_neuronx.compiler.outputs import BoxedOutput
+        from torch_neuronx.compiler.partition import is_custom_op, split_around_custom_ops
+
+        metrics.record_graph(kind)
+        if any(is_custom_op(node) for node in gm.graph.nodes):
+            split = split_around_custom_ops(gm, lambda piece: compile_fn(piece, None))
+            return BoxedOutput(lambda args: split.forward(*args))
+        missing = unlowered_ops(gm)
+        if missing:
+            listing = "\n".join(f"  {m.op}  at {m.source}" for m in missing)
+            if _fallback_execution_disabled():
+                error = NeuronCompileError(unlowered_message(kind, missing, listing))
+                if kind == "backward":
+                    # Raised when the backward runs: with the AOTAutograd result
+                    # cache on, backward graphs arrive with the forward one, and a
+                    # forward whose backward never runs (evaluation without
+                    # no_grad) must keep working.
+                    return BoxedOutput(functools.partial(_raise, error))
+                raise error
+            warnings.warn(
+                f"torch_neuronx: running the {kind} graph eagerly (TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0) "
+                f"because these ops have no lowering:\n{listing}"
+            )
+            return BoxedOutput(lambda args: gm.forward(*args))
+        return _compiled(gm, kind)  # checked above: the check runs once per graph
+
+    return compile_fn
+
+
+def _compiled(gm: torch.fx.GraphModule, name: str):
+    from torch_neuronx.compiler.executable import CompiledGraph
+    from torch_neuronx.compiler.outputs import GraphRunner
+
+    return GraphRunner(CompiledGraph(gm, name))
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str):
+    """One ATen graph -> a GraphRunner (NeuronCompileError when an op cannot be lowered)."""
+    from torch_neuronx.compiler.lowerability import unlowered_ops
+
+    missing = unlowered_ops(gm)
+    if missing:
+        raise NeuronCompileError(missing)
+    return _compiled(gm, name)
+
+
+def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None, **kwargs):
+    """The Dynamo backend registered as "neuron"."""
+    dynamo_hooks.install()
+    if mode not in (None, "default") and mode not in _warned_modes:
+        _warned_modes.add(mode)
+        warnings.warn(
+            f"torch.compile(mode={mode!r}) is ignored on neuron: only mode='default' exists."
+        )
+    _check_inputs(example_inputs)
+    from torch_neuronx.compiler import library_ops
+
+    library_ops.replace_known_custom_ops(gm)  # before AOTAutograd traces their autograd formulas
+    options = dict(
+        fw_compiler=_compiler("forward"),
+        bw_compiler=_compiler("backward"),
+        inference_compiler=_compiler("inference"),
+        decompositions=aot.Decompositions(),
+        # AOTAutograd's default partitioner: the min-cut one (Inductor's) added
+        # about 1 s to every compile, warm starts included, with no step-time
+        # difference measurable here (benchmarks/bench_compile.py, 2 runs each).
+        keep_inference_input_mutations=True,
+    )
+    from torch_neuronx.compiler import aot_cache
+
+    with aot_cache.enabled():  # a graph seen by an earlier process skips AOTAutograd's tracing
+        return aot.aot_autograd(gm, example_inputs, **options)

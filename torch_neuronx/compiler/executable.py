@@ -1,0 +1,169 @@
+"""One FX graph (ATen level, after AOTAutograd) -> one jax.jit function -> an
+XLA executable, run with inputs and outputs exchanged by DLPack
+(lowering/conversions.py).
+
+The graph is traced through the lowering table (lowering/interpreter.py) under
+jax.jit, so the whole graph becomes a single StableHLO module. Executables are
+cached in memory by (graph identity, input signature) and on disk by
+torch_neuronx.compiler.cache, whose hits skip tracing and lowering.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+
+import torch
+import torch.fx
+
+from torch_neuronx.compiler import artifacts, cache, metrics
+from torch_neuronx.lowering.conversions import from_jax, jax_input
+from torch_neuronx.lowering.interpreter import run_graph
+
+_EXECUTABLES: dict[tuple, object] = {}
+_EXECUTABLES_LOCK = threading.Lock()
+
+
+def _emulate_fp64() -> bool:
+    from torch_neuronx import _C
+
+    return _C._get_fp64_mode() == 0
+
+
+def _uses_rng(gm: torch.fx.GraphModule) -> bool:
+    return any(
+        node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+        and torch.Tag.nondeterministic_seeded in node.target.tags
+        for node in gm.graph.nodes
+    )
+
+
+def _mutations(gm: torch.fx.GraphModule) -> list[tuple[int, torch.fx.Node]]:
+    """(input index, new value) for each `copy_` into a graph input: in-place
+    updates of inputs kept by AOTAutograd (BatchNorm stats, KV caches)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    found = []
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten.copy_.default:
+            dst, src = node.args[0], node.args[1]
+            if dst in placeholders:
+                found.append((placeholders.index(dst), src, node))
+    return found
+
+
+class CompiledGraph:
+    """A graph compiled for the neuron device; called with the list of inputs."""
+
+    def __init__(self, gm: torch.fx.GraphModule, name: str):
+        self._setup(gm, name, _graph_identity(gm))
+        outputs = self.output_nodes if isinstance(self.output_nodes, (list, tuple)) else [self.output_nodes]
+        self.output_dtypes = [
+            n.meta["val"].dtype if isinstance(n, torch.fx.Node) and isinstance(n.meta.get("val"), torch.Tensor)
+            else None
+            for n in outputs
+        ]
+
+    def _setup(self, gm: torch.fx.GraphModule, name: str, key: str) -> None:
+        import jax
+
+        from torch_neuronx import lowering
+
+        lowering.load()  # jax_enable_x64, as when lowering
+
+        self.gm = gm
+        self.name = name
+        self.key = key
+        self.uses_rng = _uses_rng(gm)
+        self.emulate_fp64 = _emulate_fp64()
+        self.mutations = _mutations(gm)
+        self.output_nodes = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+        self._jitted = jax.jit(self._interpret)
+
+    # -- pickling (the AOTAutograd result cache stores compiled graphs) --------
+    def __getstate__(self) -> dict:
+        # Node metadata (fake tensors) is left behind: the output dtypes read
+        # from it are stored as they are, and so is the identity (the key of
+        # the graph's executables in the disk cache).
+        from torch_neuronx.compiler import fx_pickle
+
+        return {"graph": fx_pickle.dumps_state(self.gm), "name": self.name, "key": self.key,
+                "output_dtypes": self.output_dtypes}
+
+    def __setstate__(self, state: dict) -> None:
+        from torch_neuronx.compiler import fx_pickle
+
+        self._setup(fx_pickle.loads_state(state["graph"]), state["name"], state["key"])
+        self.output_dtypes = state["output_dtypes"]
+
+    # -- tracing ---------------------------------------------------------------
+    def _interpret(self, seed, *arrays):
+        from torch_neuronx import lowering
+
+        replaced = {node: src for _, src, node in self.mutations}
+        ctx = lowering.TraceContext(seed, emulate_fp64=self.emulate_fp64)
+        outputs, env = run_graph(self.gm, arrays, ctx, replaced)
+        written = [env[src] for _, src, _ in self.mutations]
+        return outputs, written
+
+    # -- running ---------------------------------------------------------------
+    def __call__(self, args):
+        device = _device_of(args)
+        arrays = [jax_input(a, i) if isinstance(a, torch.Tensor) else a for i, a in enumerate(args)]
+        seed = _draw_seed(device) if self.uses_rng else 0
+        outputs, written = self._executable(seed, arrays)(seed, *arrays)
+        for (index, _, _), value in zip(self.mutations, written):
+            args[index].copy_(from_jax(value, device, args[index].dtype))
+        single = not isinstance(outputs, (list, tuple))
+        converted = [
+            from_jax(o, device, dtype) if o is not None else None
+            for o, dtype in zip([outputs] if single else outputs, self.output_dtypes)
+        ]
+        return converted[0] if single else converted
+
+    def _executable(self, seed, arrays):
+        signature = tuple((a.shape, a.dtype) if hasattr(a, "dtype") else a for a in arrays)
+        key = (self.key, signature, self.emulate_fp64)
+        with _EXECUTABLES_LOCK:
+            executable = _EXECUTABLES.get(key)
+        if executable is not None:
+            metrics.record_cache_hit("memory")
+            return executable
+        start = time.perf_counter()
+        # Graphs with None inputs (effect tokens of linalg error checks) stay out
+        # of the disk cache: jax's deserialized executables crash when called
+        # with a None argument (jax 0.10.2).
+        disk_key = None if any(a is None for a in arrays) else cache.graph_key(
+            [self.key.encode(), repr(signature).encode(), bytes([self.emulate_fp64])])
+        if artifacts.directory() is not None:
+            artifacts.write(self.name, self.gm.code, self._jitted.lower(seed, *arrays).as_text())
+        executable = cache.load(disk_key) if disk_key else None  # a hit skips tracing and lowering
+        if executable is None:
+            executable = self._jitted.lower(seed, *arrays).compile()
+            if disk_key:
+                cache.store(disk_key, executable)
+        metrics.record_compile(time.perf_counter() - start, self.name)
+        with _EXECUTABLES_LOCK:
+            _EXECUTABLES[key] = executable
+        return executable
+
+
+def _graph_identity(gm: torch.fx.GraphModule) -> str:
+    """A digest of what the graph computes: its code, tensor constants and
+    subgraphs (cache.update_with_graph)."""
+    digest = hashlib.sha256()
+    cache.update_with_graph(digest, gm)
+    return digest.hexdigest()
+
+
+def _device_of(args) -> torch.device:
+    for value in args:
+        if isinstance(value, torch.Tensor) and value.device.type == "neuron":
+            return value.device
+    return torch.device("neuron", torch.neuron.current_device())
+
+
+def _draw_seed(device: torch.device) -> int:
+    """A fresh seed from the core's default generator, so compiled random ops
+    advance (and are reproduced by) the same generator as eager ones."""
+    return int(torch.empty((), dtype=torch.int64, device=device).random_(0, 2**31 - 1).item())

@@ -18,14 +18,6 @@ PACKAGE = ROOT / "torch_neuronx"
 DOC = ROOT / "docs" / "env-vars.md"
 PROJECT_PREFIXES = ("TORCH_NEURONX_", "NEURON_")
 
-# Files another change is splitting (issue #19): they still read these variables
-# with os.environ until they are switched to the accessors named here.
-PENDING = {
-    "compiler/__init__.py": {"TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "TORCH_COMPILE_DEBUG"},
-    "compiler/graph.py": {"TORCH_NEURONX_ENABLE_STACK_TRACE", "TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY"},
-}
-
-
 def _documented() -> set[str]:
     """Variable names in the first column of docs/env-vars.md's tables."""
     return set(re.findall(r"^\| `([A-Z0-9_]+)`", DOC.read_text(), re.MULTILINE))
@@ -79,15 +71,8 @@ def test_no_module_but_config_reads_the_environment():
         if relative == "config.py":
             continue
         for line, name in _environment_reads(path):
-            if name in PENDING.get(relative, ()):
-                continue
             offenders.append(f"torch_neuronx/{relative}:{line} ({name})")
     assert not offenders, "read through torch_neuronx.config instead:\n" + "\n".join(offenders)
-
-
-def test_pending_reads_are_declared():
-    for names in PENDING.values():
-        assert names <= set(config.VARIABLES)
 
 
 @pytest.mark.parametrize("raw,expected", [

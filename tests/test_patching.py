@@ -141,59 +141,27 @@ def test_no_other_patch_or_dynamo_hiding_mechanism():
         for word in ("set_code_exec_strategy", "_disable_dynamo", "_neuron_redirect", "_neuron_host_copy",
                      "_torch_neuronx_patched", "mark_patched", "replace_once", ".__code__ ="):
             assert word not in text, f"torch_neuronx/{relative}: {word} (use torch_neuronx.patching)"
-        if relative != "compiler/__init__.py":  # until _install_dynamo_hooks is switched (issue #19)
-            assert "_neuron_hook" not in text, relative
+        assert "_neuron_hook" not in text, relative
 
 
-# What compiler/__init__.py's _install_dynamo_hooks becomes with the helper (the
-# lead switches it when the compiler split lands): installed before the first
-# compile, it must keep both behaviours: static shapes per neuron frame (a new
-# shape recompiles, no symbolic sizes) and recorded recompile reasons.
+# The Dynamo hooks (compiler/dynamo_hooks.py) go through the helper: installed
+# before the first compile, they keep both behaviours: static shapes per neuron
+# frame (a new shape recompiles, no symbolic sizes) and recorded recompile reasons.
 DYNAMO_HOOKS_THROUGH_THE_HELPER = """
     import json, torch, torch_neuronx
-    import torch_neuronx.compiler as compiler
     from torch_neuronx import patching
+    from torch_neuronx.compiler import dynamo_hooks
 
-    def _install_dynamo_hooks() -> None:
-        from torch._dynamo import config, convert_frame
-
-        def build_compile(compile_frame):
-            def compile_static(*args, **kwargs):
-                backend = kwargs["compiler_fn"] if "compiler_fn" in kwargs else args[5]
-                frame_locals = kwargs["locals"] if "locals" in kwargs else args[2]
-                if config.automatic_dynamic_shapes and compiler._compiles_for_neuron(backend, frame_locals):
-                    with config.patch(automatic_dynamic_shapes=False):
-                        return compile_frame(*args, **kwargs)
-                return compile_frame(*args, **kwargs)
-            return compile_static
-
-        def build_reasons(reasons_of):
-            def reasons_and_record(cache_entries, frame, backend, *args, **kwargs):
-                reasons = reasons_of(cache_entries, frame, backend, *args, **kwargs)
-                if compiler._compiles_for_neuron(backend, frame.f_locals):
-                    code = frame.f_code
-                    first = reasons[0].splitlines()[0] if reasons else "unknown guard failure"
-                    compiler.metrics.record_recompile(
-                        f"{code.co_name} ({code.co_filename}:{code.co_firstlineno}): {first}")
-                return reasons
-            return reasons_and_record
-
-        patching.patch_once(convert_frame, "_compile", build_compile,
-                            why="frames compiled for neuron are traced with automatic dynamic shapes off")
-        patching.patch_once(convert_frame, "get_and_maybe_log_recompilation_reasons", build_reasons,
-                            why="records recompile reasons for torch_neuronx.get_dynamo_metrics()")
-
-    compiler._install_dynamo_hooks = _install_dynamo_hooks
     fn = torch.compile(lambda x: (x * 2).sum(), backend="neuron")
     for n in (3, 4, 5):
         fn(torch.ones(n, device="neuron"))
-    _install_dynamo_hooks()  # again: nothing changes
-    from torch._dynamo import convert_frame
+    before = len(patching.applied())
+    dynamo_hooks.install()  # again: nothing changes
     metrics = torch_neuronx.get_dynamo_metrics()
     print(json.dumps({"compiles": metrics["compiles"], "reasons": metrics["recompile_reasons"],
                       "marked": [p.target for p in patching.applied() if "convert_frame" in p.target],
                       "installed": all(p.installed() for p in patching.applied()),
-                      "old_marker": hasattr(convert_frame._compile, "_neuron_hook")}))
+                      "unchanged": len(patching.applied()) == before}))
 """
 
 
@@ -204,6 +172,6 @@ def test_dynamo_hooks_can_go_through_the_helper():
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["marked"] == ["torch._dynamo.convert_frame._compile",
                                 "torch._dynamo.convert_frame.get_and_maybe_log_recompilation_reasons"]
-    assert report["installed"] and not report["old_marker"]
+    assert report["installed"] and report["unchanged"]
     assert report["compiles"] >= 3  # one static executable per shape (no symbolic recompile)
     assert len(report["reasons"]) == 2, report["reasons"]

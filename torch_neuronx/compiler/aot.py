@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import collections.abc
 import functools
-import os
 
 import torch
+
+from torch_neuronx import config
 
 
 @functools.lru_cache(maxsize=1)
@@ -49,7 +50,7 @@ def aot_autograd(gm: torch.fx.GraphModule, example_inputs, **options):
     from torch._dynamo.utils import counters
     from torch._functorch.aot_autograd import aot_module_simplified
 
-    if os.environ.get("TORCH_COMPILE_DEBUG", "0") == "1" or any(
+    if config.torch_compile_debug() or any(
             isinstance(x, (list, tuple, dict)) for x in example_inputs):
         return aot_autograd_helper(**options)(gm, example_inputs)
     backward = options["bw_compiler"]

@@ -4,19 +4,15 @@ lowerability check, then either one executable or the eager fallback."""
 from __future__ import annotations
 
 import functools
-import os
 import warnings
 
 import torch
 
+from torch_neuronx import config
 from torch_neuronx.compiler import aot, dynamo_hooks, metrics
 from torch_neuronx.compiler.errors import NeuronCompileError
 
 _warned_modes: set[str] = set()
-
-
-def _fallback_execution_disabled() -> bool:
-    return os.environ.get("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "1").strip() not in ("0", "false", "False")
 
 
 def _check_inputs(example_inputs) -> None:
@@ -48,7 +44,7 @@ def _compiler(kind: str):
         missing = unlowered_ops(gm)
         if missing:
             listing = "\n".join(f"  {m.op}  at {m.source}" for m in missing)
-            if _fallback_execution_disabled():
+            if config.disable_fallback_execution():
                 error = NeuronCompileError(unlowered_message(kind, missing, listing))
                 if kind == "backward":
                     # Raised when the backward runs: with the AOTAutograd result

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from torch_neuronx import patching
 from torch_neuronx.compiler import metrics
 
 
@@ -38,28 +39,29 @@ def install() -> None:
       for get_dynamo_metrics()["recompile_reasons"]."""
     from torch._dynamo import config, convert_frame
 
-    compile_frame = convert_frame._compile
-    if getattr(compile_frame, "_neuron_hook", False):
-        return
+    def build_compile(compile_frame):
+        def compile_static(*args, **kwargs):
+            backend = kwargs["compiler_fn"] if "compiler_fn" in kwargs else args[5]
+            frame_locals = kwargs["locals"] if "locals" in kwargs else args[2]
+            if config.automatic_dynamic_shapes and _compiles_for_neuron(backend, frame_locals):
+                with config.patch(automatic_dynamic_shapes=False):
+                    return compile_frame(*args, **kwargs)
+            return compile_frame(*args, **kwargs)
 
-    def compile_static(*args, **kwargs):
-        backend = kwargs["compiler_fn"] if "compiler_fn" in kwargs else args[5]
-        frame_locals = kwargs["locals"] if "locals" in kwargs else args[2]
-        if config.automatic_dynamic_shapes and _compiles_for_neuron(backend, frame_locals):
-            with config.patch(automatic_dynamic_shapes=False):
-                return compile_frame(*args, **kwargs)
-        return compile_frame(*args, **kwargs)
+        return compile_static
 
-    reasons_of = convert_frame.get_and_maybe_log_recompilation_reasons
+    def build_reasons(reasons_of):
+        def reasons_and_record(cache_entries, frame, backend, *args, **kwargs):
+            reasons = reasons_of(cache_entries, frame, backend, *args, **kwargs)
+            if _compiles_for_neuron(backend, frame.f_locals):
+                code = frame.f_code
+                first = reasons[0].splitlines()[0] if reasons else "unknown guard failure"
+                metrics.record_recompile(f"{code.co_name} ({code.co_filename}:{code.co_firstlineno}): {first}")
+            return reasons
 
-    def reasons_and_record(cache_entries, frame, backend, *args, **kwargs):
-        reasons = reasons_of(cache_entries, frame, backend, *args, **kwargs)
-        if _compiles_for_neuron(backend, frame.f_locals):
-            code = frame.f_code
-            first = reasons[0].splitlines()[0] if reasons else "unknown guard failure"
-            metrics.record_recompile(f"{code.co_name} ({code.co_filename}:{code.co_firstlineno}): {first}")
-        return reasons
+        return reasons_and_record
 
-    compile_static._neuron_hook = True
-    convert_frame._compile = compile_static
-    convert_frame.get_and_maybe_log_recompilation_reasons = reasons_and_record
+    patching.patch_once(convert_frame, "_compile", build_compile,
+                        why="frames compiled for neuron are traced with automatic dynamic shapes off")
+    patching.patch_once(convert_frame, "get_and_maybe_log_recompilation_reasons", build_reasons,
+                        why="records recompile reasons for torch_neuronx.get_dynamo_metrics()")

@@ -4,11 +4,12 @@ on the host / a value-dependent shape), and the error text that names them."""
 from __future__ import annotations
 
 import operator
-import os
 from dataclasses import dataclass
 
 import torch
 import torch.fx
+
+from torch_neuronx import config
 
 
 @dataclass
@@ -26,7 +27,7 @@ def _source_line(node: torch.fx.Node) -> str:
     frames = [line.strip() for line in trace if line.strip().startswith("File")]
     if not frames:
         return "(no source line recorded)"
-    if os.environ.get("TORCH_NEURONX_ENABLE_STACK_TRACE", "0") == "1":
+    if config.enable_stack_trace():
         return "\n      ".join(line.rstrip() for line in trace if line.strip())
     return frames[-1]
 

@@ -11,9 +11,10 @@ torch_neuronx imports it only when compiling.
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
+
+from torch_neuronx import config
 
 # ------------------------------------------------------------------ dtypes
 _NARROW = {torch.float64: torch.float32, torch.complex128: torch.complex64}
@@ -81,7 +82,7 @@ def host_input(tensor: torch.Tensor, index: int) -> torch.Tensor:
     if tensor.device.type == "neuron":
         tensor = _C._host_view(tensor)
     elif tensor.device.type == "cpu":
-        if os.environ.get("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", "0").strip() in ("1", "true", "True"):
+        if config.dynamo_disable_cpu_autocopy():
             raise RuntimeError(
                 f"Input tensor at index {index} is on cpu device, but the compiled graph runs on "
                 "neuron. Move it with .to('neuron'), or unset TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY "

@@ -17,7 +17,8 @@
 
 namespace torch_neuronx {
 
-// Per-op flags given by the Python registry.
+// Per-op flags given by the Python registry (exported to Python as
+// _C._op_flags).
 enum OpFlags : int {
   kCrossDevice = 1,      // copies and host-indexed ops: tensors may live anywhere
   kExactFp64 = 2,        // data movement: float64 is copied, never rounded

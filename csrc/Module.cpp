@@ -31,6 +31,16 @@ py::list memorySnapshot() {
   return blocks;
 }
 
+// A dict name -> integer value of a C++ enum.
+template <class Enum>
+py::dict enumValues(std::initializer_list<std::pair<const char*, Enum>> entries) {
+  py::dict values;
+  for (const auto& [name, value] : entries) {
+    values[name] = static_cast<int>(value);
+  }
+  return values;
+}
+
 } // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -52,6 +62,21 @@ PYBIND11_MODULE(_C, m) {
   m.def("_drain_autograd_workers", &tn::drainAutogradWorkers,
         py::call_guard<py::gil_scoped_release>());
 
+  // The C++ enums, by name, for torch_neuronx/ops (which keeps the Python API
+  // in words): the values the setters take and the getters return.
+  m.attr("_fallback_modes") = enumValues<tn::FallbackMode>({
+      {"warn", tn::FallbackMode::Warn},
+      {"silent", tn::FallbackMode::Silent},
+      {"error", tn::FallbackMode::Error},
+  });
+  m.attr("_fp64_modes") = enumValues<tn::Fp64Mode>({
+      {"emulate", tn::Fp64Mode::Emulate},
+      {"native", tn::Fp64Mode::Native},
+  });
+  m.attr("_op_flags") = enumValues<tn::OpFlags>({
+      {"cross_device", tn::kCrossDevice},
+      {"exact_fp64", tn::kExactFp64},
+  });
   m.def("_set_fallback_mode", [](int mode) { tn::setFallbackMode(static_cast<tn::FallbackMode>(mode)); });
   m.def("_get_fallback_mode", [] { return static_cast<int>(tn::fallbackMode()); });
   m.def("_set_fp64_mode", [](int mode) { tn::setFp64Mode(static_cast<tn::Fp64Mode>(mode)); });

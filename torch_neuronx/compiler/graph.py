@@ -136,7 +136,7 @@ def _run_subgraph(gm: torch.fx.GraphModule, *arrays):
 def _emulate_fp64() -> bool:
     from torch_neuronx import _C
 
-    return _C._get_fp64_mode() == 0
+    return _C._get_fp64_mode() == _C._fp64_modes["emulate"]
 
 
 def _narrow(dtype: torch.dtype) -> torch.dtype:

@@ -274,7 +274,7 @@ struct NativeCall {
         throwDeviceMismatch(
             meta, c10::Device(kNeuron, this->device).str(), device.str(), argument.name());
       }
-      at::Tensor alias = cpuAlias(tensor);
+      at::Tensor alias = hostAlias(tensor);
       aliases.push_back(AliasRecord{
           alias, alias.unsafeGetTensorImpl(), alias.storage().unsafeGetStorageImpl(), tensor,
           is_mutable});
@@ -594,7 +594,7 @@ void fallbackKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 } // namespace
 
-at::Tensor cpuAlias(const at::Tensor& tensor) {
+at::Tensor hostAlias(const at::Tensor& tensor) {
   const c10::Storage& storage = tensor.storage();
   auto cpu_storage = c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), storage.nbytes(),
@@ -603,12 +603,12 @@ at::Tensor cpuAlias(const at::Tensor& tensor) {
   return tensorLike(c10::Storage(std::move(cpu_storage)), c10::DispatchKey::CPU, tensor);
 }
 
-at::Tensor hostView(const at::Tensor& tensor) {
-  return tensor.device().type() == kNeuron ? cpuAlias(tensor) : tensor;
+at::Tensor hostOperand(const at::Tensor& tensor) {
+  return tensor.device().type() == kNeuron ? hostAlias(tensor) : tensor;
 }
 
-at::Tensor owningHostView(const at::Tensor& tensor) {
-  TORCH_CHECK(tensor.device().type() == kNeuron, "owningHostView expects a neuron tensor, got ",
+at::Tensor owningHostAlias(const at::Tensor& tensor) {
+  TORCH_CHECK(tensor.device().type() == kNeuron, "owningHostAlias expects a neuron tensor, got ",
               tensor.device());
   const c10::Storage& storage = tensor.storage();
   auto* owner = new c10::Storage(storage);
@@ -621,17 +621,17 @@ at::Tensor owningHostView(const at::Tensor& tensor) {
   return tensorLike(c10::Storage(std::move(cpu_storage)), c10::DispatchKey::CPU, tensor);
 }
 
-at::Tensor adoptOnDevice(const at::Tensor& cpu, c10::DeviceIndex device) {
+at::Tensor adoptKernelResult(const at::Tensor& cpu, c10::DeviceIndex device) {
   c10::StorageImpl* storage = cpu.storage().unsafeGetStorageImpl();
   const size_t nbytes = storage->nbytes();
   return deviceTensorLike(deviceStorage(takeForDevice(storage, device), nbytes), cpu);
 }
 
-at::Tensor adoptHost(const at::Tensor& cpu, c10::DeviceIndex device) {
-  TORCH_CHECK(cpu.device().is_cpu(), "adoptHost expects a CPU tensor, got ", cpu.device());
+at::Tensor adoptExternal(const at::Tensor& cpu, c10::DeviceIndex device) {
+  TORCH_CHECK(cpu.device().is_cpu(), "adoptExternal expects a CPU tensor, got ", cpu.device());
   c10::StorageImpl* storage = cpu.storage().unsafeGetStorageImpl();
   if (NeuronAllocator::owns(storage->data_ptr()) || !cpu.storage().unique()) {
-    return adoptOnDevice(cpu, device);
+    return adoptKernelResult(cpu, device);
   }
   const size_t nbytes = storage->nbytes();
   c10::DataPtr taken = storage->set_data_ptr(c10::DataPtr(nullptr, storage->device()));

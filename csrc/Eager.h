@@ -6,6 +6,30 @@
 // land in device memory (see CaptureScope) and are adopted as device tensors.
 // Every other op takes the fallback path: copied to real CPU tensors, run,
 // copied back, with a once-per-op warning and a record in the op tracker.
+//
+// Host memory vocabulary (C++ and the _C bindings use these words only):
+//
+//   host alias     A CPU tensor over the bytes of a neuron tensor: same
+//                  memory, same geometry, no copy. It does not own the
+//                  memory; the neuron tensor must outlive it.
+//                  hostAlias() / _C._host_alias.
+//   owning host alias
+//                  A host alias that holds a reference to the neuron
+//                  tensor's storage, so the device memory lives as long as
+//                  the alias (handed to code that keeps it, e.g. gloo).
+//                  owningHostAlias() / _C._owning_host_alias.
+//   host operand   What a CPU kernel is given for a tensor argument: the host
+//                  alias of a neuron tensor, a CPU tensor itself.
+//                  hostOperand().
+//   adopt          Make a CPU tensor's memory the memory of a new neuron
+//                  tensor (the reverse direction), without a copy when
+//                  possible:
+//                  - adoptKernelResult(): the result of a CPU kernel run
+//                    under a CaptureScope, whose memory came from the device
+//                    allocator (and is counted in its statistics);
+//                  - adoptExternal() / _C._adopt_external: memory produced
+//                    outside PyTorch (an XLA result received by DLPack),
+//                    owned by its producer and not counted.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -24,26 +48,24 @@ enum OpFlags : int {
   kExactFp64 = 2,        // data movement: float64 is copied, never rounded
 };
 
-// A CPU tensor over the same memory as `tensor` (a neuron tensor).
-at::Tensor cpuAlias(const at::Tensor& tensor);
+// The host alias of `tensor` (a neuron tensor).
+at::Tensor hostAlias(const at::Tensor& tensor);
 
-// cpuAlias for a neuron tensor, the tensor itself for a CPU one: the host
-// operand of a kernel that runs PyTorch's CPU implementation.
-at::Tensor hostView(const at::Tensor& tensor);
+// The host alias of a neuron tensor, a CPU tensor itself.
+at::Tensor hostOperand(const at::Tensor& tensor);
 
-// cpuAlias whose storage holds a reference to the device storage, so the
-// device memory lives as long as the view (handed to gloo, kept by a Work).
-at::Tensor owningHostView(const at::Tensor& tensor);
+// A host alias keeping the neuron tensor's storage alive.
+at::Tensor owningHostAlias(const at::Tensor& tensor);
 
-// A neuron tensor owning the result `cpu` of a CPU kernel run on `device`:
-// adopted without a copy when its memory came from the device allocator.
-at::Tensor adoptOnDevice(const at::Tensor& cpu, c10::DeviceIndex device);
+// A neuron tensor on `device` owning the result `cpu` of a CPU kernel: no copy
+// when its memory came from the device allocator (a CaptureScope was active),
+// a copy into device memory otherwise.
+at::Tensor adoptKernelResult(const at::Tensor& cpu, c10::DeviceIndex device);
 
-// A neuron tensor taking over the memory of a CPU tensor produced outside
-// PyTorch's kernels (an XLA result received by DLPack): no copy when the CPU
-// tensor is the only owner of its storage. Such memory is owned by its
-// producer, so it is not counted in the allocator's statistics.
-at::Tensor adoptHost(const at::Tensor& cpu, c10::DeviceIndex device);
+// A neuron tensor on `device` taking over the memory of a CPU tensor produced
+// outside PyTorch's kernels: no copy when the CPU tensor is the only owner of
+// its storage. Not counted in the allocator's statistics.
+at::Tensor adoptExternal(const at::Tensor& cpu, c10::DeviceIndex device);
 
 // Registers the alias kernel for each (name.overload, flags).
 void registerNativeOps(const std::vector<std::pair<std::string, int>>& ops);

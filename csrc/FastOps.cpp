@@ -57,7 +57,7 @@ at::Tensor generic(const c10::OperatorHandle& op, Args&&... args) {
     }                                                                                        \
     count(counter);                                                                          \
     CaptureScope capture(core);                                                              \
-    return adoptOnDevice(at::cpu::NAME(cpuAlias(self), hostView(other), alpha), core);       \
+    return adoptKernelResult(at::cpu::NAME(hostAlias(self), hostOperand(other), alpha), core);       \
   }                                                                                          \
   at::Tensor& NAME##Inplace(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) { \
     static const auto& op = handle("aten::" #NAME "_", "Tensor");                            \
@@ -67,8 +67,8 @@ at::Tensor generic(const c10::OperatorHandle& op, Args&&... args) {
       return self;                                                                           \
     }                                                                                        \
     count(counter);                                                                          \
-    at::Tensor alias = cpuAlias(self);                                                       \
-    at::cpu::NAME##_(alias, hostView(other), alpha);                                         \
+    at::Tensor alias = hostAlias(self);                                                       \
+    at::cpu::NAME##_(alias, hostOperand(other), alpha);                                         \
     return self;                                                                             \
   }
 
@@ -82,7 +82,7 @@ at::Tensor generic(const c10::OperatorHandle& op, Args&&... args) {
     }                                                                                        \
     count(counter);                                                                          \
     CaptureScope capture(core);                                                              \
-    return adoptOnDevice(at::cpu::NAME(cpuAlias(self), hostView(other)), core);              \
+    return adoptKernelResult(at::cpu::NAME(hostAlias(self), hostOperand(other)), core);              \
   }                                                                                          \
   at::Tensor& NAME##Inplace(at::Tensor& self, const at::Tensor& other) {                     \
     static const auto& op = handle("aten::" #NAME "_", "Tensor");                            \
@@ -92,8 +92,8 @@ at::Tensor generic(const c10::OperatorHandle& op, Args&&... args) {
       return self;                                                                           \
     }                                                                                        \
     count(counter);                                                                          \
-    at::Tensor alias = cpuAlias(self);                                                       \
-    at::cpu::NAME##_(alias, hostView(other));                                                \
+    at::Tensor alias = hostAlias(self);                                                       \
+    at::cpu::NAME##_(alias, hostOperand(other));                                                \
     return self;                                                                             \
   }
 

@@ -66,7 +66,7 @@ at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool /*non_bl
   static auto* counter = executedCounter("aten::_copy_from");
   count(counter);
   lazyInit();
-  hostView(dst).copy_(hostView(self));
+  hostOperand(dst).copy_(hostOperand(self));
   return dst;
 }
 
@@ -95,7 +95,7 @@ const at::Tensor& resize(
 at::Scalar localScalarDense(const at::Tensor& self) {
   static auto* counter = executedCounter("aten::_local_scalar_dense");
   count(counter);
-  return at::_local_scalar_dense(cpuAlias(self));
+  return at::_local_scalar_dense(hostAlias(self));
 }
 
 at::Tensor& setStorage(
@@ -143,12 +143,12 @@ at::Tensor convolution(
   CaptureScope capture(device);
   std::optional<at::Tensor> host_bias;
   if (bias.has_value() && bias->defined()) {
-    host_bias = hostView(*bias);
+    host_bias = hostOperand(*bias);
   }
   auto out = at::convolution(
-      hostView(input), hostView(weight), host_bias, stride, padding, dilation, transposed,
+      hostOperand(input), hostOperand(weight), host_bias, stride, padding, dilation, transposed,
       output_padding, groups);
-  return adoptOnDevice(out, device);
+  return adoptKernelResult(out, device);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> convolutionBackward(
@@ -161,11 +161,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolutionBackward(
   CaptureScope capture(device);
   const int64_t bias_size = transposed ? weight.size(1) * groups : weight.size(0);
   auto [grad_input, grad_weight, grad_bias] = at::convolution_backward(
-      hostView(grad_output), hostView(input), hostView(weight),
+      hostOperand(grad_output), hostOperand(input), hostOperand(weight),
       std::vector<int64_t>{bias_size}, stride, padding, dilation, transposed, output_padding,
       groups, output_mask);
   auto adopt = [device](const at::Tensor& t) {
-    return t.defined() ? adoptOnDevice(t, device) : t;
+    return t.defined() ? adoptKernelResult(t, device) : t;
   };
   return {adopt(grad_input), adopt(grad_weight), adopt(grad_bias)};
 }
@@ -195,10 +195,10 @@ int64_t sdpaChoice(
     std::optional<double> scale, bool enable_gqa) {
   std::optional<at::Tensor> host_mask;
   if (attn_mask.has_value() && attn_mask->defined()) {
-    host_mask = hostView(*attn_mask);
+    host_mask = hostOperand(*attn_mask);
   }
   return at::native::_fused_sdp_choice_cpp(
-      hostView(query), hostView(key), hostView(value), host_mask, dropout_p, is_causal, scale,
+      hostOperand(query), hostOperand(key), hostOperand(value), host_mask, dropout_p, is_causal, scale,
       enable_gqa);
 }
 

@@ -88,13 +88,15 @@ PYBIND11_MODULE(_C, m) {
   m.def("_clear_op_tracking", &tn::clearOpTracking);
 
   m.def("_memory_snapshot", &memorySnapshot);
-  m.def("_host_view", &tn::cpuAlias, "A CPU tensor over the same memory as a neuron tensor (no copy).");
-  m.def("_owning_host_view", &tn::owningHostView,
-        "_host_view that keeps the neuron tensor's memory alive as long as the view lives.");
-
-  m.def("_adopt_host", [](const at::Tensor& cpu, int device) {
-    return tn::adoptHost(cpu, static_cast<c10::DeviceIndex>(device));
-  });
+  // Host memory, in the vocabulary of csrc/Eager.h.
+  m.def("_host_alias", &tn::hostAlias,
+        "The host alias of a neuron tensor: a CPU tensor over the same memory (no copy).");
+  m.def("_owning_host_alias", &tn::owningHostAlias,
+        "A host alias that keeps the neuron tensor's memory alive as long as it lives.");
+  m.def("_adopt_external", [](const at::Tensor& cpu, int device) {
+    return tn::adoptExternal(cpu, static_cast<c10::DeviceIndex>(device));
+  }, "A neuron tensor taking over the memory of a CPU tensor produced outside PyTorch "
+     "(an XLA result received by DLPack); not counted in the allocator's statistics.");
 
   m.def("_default_generator", [](int index) {
     return py::reinterpret_steal<py::object>(

@@ -277,7 +277,7 @@ def _host_input(tensor: torch.Tensor, index: int) -> torch.Tensor:
     from torch_neuronx import _C
 
     if tensor.device.type == "neuron":
-        tensor = _C._host_view(tensor)
+        tensor = _C._host_alias(tensor)
     elif tensor.device.type == "cpu":
         if os.environ.get("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", "0").strip() in ("1", "true", "True"):
             raise RuntimeError(
@@ -369,7 +369,7 @@ def _from_jax(value, device: torch.device, dtype: torch.dtype | None) -> torch.T
 
     bridge = _jaxlib_dlpack()
     host = bridge[1](value) if bridge is not None else torch.from_dlpack(value)
-    tensor = _C._adopt_host(host, device.index or 0)
+    tensor = _C._adopt_external(host, device.index or 0)
     if dtype is not None and tensor.dtype != dtype:
         tensor = tensor.to(dtype)  # float64 results computed in float32 (the fp64 rule)
     return tensor

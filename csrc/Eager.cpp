@@ -652,8 +652,17 @@ void registerNativeOps(const std::vector<std::pair<std::string, int>>& ops) {
   }
 }
 
-std::atomic<int64_t>* executedCounter(const std::string& name) {
-  return executedTable().get(name);
+std::atomic<int64_t>* executedCounter(const c10::OperatorHandle& op) {
+  return executedTable().get(c10::toString(op.operator_name()));
+}
+
+void DirectOp::bind() {
+  const char* dot = std::strchr(schema_, '.');
+  const std::string name = "aten::" + (dot ? std::string(schema_, dot) : std::string(schema_));
+  // Throws "Could not find schema for aten::..." for an op that does not exist.
+  handle_ = new c10::OperatorHandle(
+      c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), dot ? dot + 1 : ""));
+  counter_ = executedCounter(*handle_);
 }
 
 void runNative(const c10::OperatorHandle& op, torch::jit::Stack* stack) {

@@ -34,6 +34,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
 
 #include <atomic>
 #include <map>
@@ -77,12 +78,43 @@ void runNative(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // fp32) is in force: such calls need the generic path.
 bool needsFp64Emulation(const at::Tensor& tensor);
 
-// The call counter of one op in get_executed_ops(), for direct kernels.
-std::atomic<int64_t>* executedCounter(const std::string& name);
+// The call counter of `op` in get_executed_ops(), shared with the generic path.
+std::atomic<int64_t>* executedCounter(const c10::OperatorHandle& op);
 
-inline void count(std::atomic<int64_t>* counter) {
-  counter->fetch_add(1, std::memory_order_relaxed);
-}
+// An aten op with a kernel of its own (Kernels.cpp, FastOps.cpp) instead of
+// the generic alias kernel. Its schema name is written once, here, and names
+// both the registration and the op's counter in get_executed_ops(), so the two
+// cannot drift apart; an op that does not exist fails when the extension
+// loads, instead of silently making a counter no op ever reaches.
+class DirectOp {
+ public:
+  // `schema`: "name.overload" (or "name") in the aten namespace.
+  explicit constexpr DirectOp(const char* schema) : schema_(schema) {}
+
+  // Registers `kernel` for this op with `library` (aten, PrivateUse1).
+  template <class Kernel>
+  void registerKernel(torch::Library& library, Kernel&& kernel) {
+    bind();
+    library.impl(schema_, std::forward<Kernel>(kernel));
+  }
+
+  // One call of the op on the device.
+  void count() const {
+    counter_->fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // The dispatcher's handle, for calls that take the generic alias path.
+  const c10::OperatorHandle& handle() const {
+    return *handle_;
+  }
+
+ private:
+  void bind();  // looks up the op (throws if it does not exist) and its counter
+
+  const char* schema_;
+  const c10::OperatorHandle* handle_ = nullptr;  // leaked, like every registration
+  std::atomic<int64_t>* counter_ = nullptr;
+};
 
 // Op tracking: call counts of every op run on the device, and of the subset
 // that took the CPU fallback path.

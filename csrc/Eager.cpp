@@ -445,8 +445,8 @@ struct Fp64Emulation {
     }
   }
 
-  // The float64 result standing for the kernel's result `out` (valid until
-  // the next call).
+  // The float64 result standing for the kernel's result `out`; the reference
+  // holds until the next widen().
   const at::Tensor& widen(const at::Tensor& out) {
     widened.push_back(widenedValue(out));
     return widened.back();
@@ -738,17 +738,14 @@ void registerNativeOps(const std::vector<std::pair<std::string, int>>& ops) {
   }
 }
 
-std::atomic<int64_t>* executedCounter(const c10::OperatorHandle& op) {
-  return executedTable().get(c10::toString(op.operator_name()));
-}
-
 void DirectOp::bind() {
   const char* dot = std::strchr(schema_, '.');
   const std::string name = "aten::" + (dot ? std::string(schema_, dot) : std::string(schema_));
   // Throws "Could not find schema for aten::..." for an op that does not exist.
   handle_ = new c10::OperatorHandle(
       c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), dot ? dot + 1 : ""));
-  counter_ = executedCounter(*handle_);
+  // The counter the generic path uses for the same op (OpMeta::executed).
+  counter_ = executedTable().get(c10::toString(handle_->operator_name()));
 }
 
 void runNative(const c10::OperatorHandle& op, torch::jit::Stack* stack) {

@@ -78,9 +78,6 @@ void runNative(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // fp32) is in force: such calls need the generic path.
 bool needsFp64Emulation(const at::Tensor& tensor);
 
-// The call counter of `op` in get_executed_ops(), shared with the generic path.
-std::atomic<int64_t>* executedCounter(const c10::OperatorHandle& op);
-
 // An aten op with a kernel of its own (Kernels.cpp, FastOps.cpp) instead of
 // the generic alias kernel. Its schema name is written once, here, and names
 // both the registration and the op's counter in get_executed_ops(), so the two

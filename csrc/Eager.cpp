@@ -233,74 +233,83 @@ at::Tensor deviceTensorLike(c10::Storage storage, const at::Tensor& like) {
 }
 
 // ------------------------------------------------------------- one op call
+//
+// nativeKernel runs one call of a native op in four steps, each with its own
+// state:
+//   1. HostArguments: device tensor arguments become host aliases and the
+//      call's core is settled (device mismatches are reported here);
+//   2. Fp64Emulation: under the fp32 rule, float64 operands become float32
+//      stand-ins (and results are widened back in step 4);
+//   3. PyTorch's CPU kernel runs, its allocations served by the device
+//      allocator (CaptureScope);
+//   4. ResultAdoption: mutated arguments take over what the kernel did to
+//      their aliases, returned CPU tensors are adopted as device tensors.
+// Their state lives on nativeKernel's stack, in inline vectors sized for the
+// common call: the split costs no allocation or lookup per call.
 
-struct AliasRecord {
-  at::Tensor alias_tensor;  // keeps the alias alive after the stack drops it
+// A neuron tensor argument and the host alias the kernel was given for it.
+struct AliasedArgument {
+  at::Tensor alias_tensor;          // keeps the alias alive after the stack drops it
   c10::TensorImpl* alias;
-  c10::StorageImpl* alias_storage;
-  at::Tensor original;
-  bool is_mutable;
+  c10::StorageImpl* alias_storage;  // the storage as given (the kernel may replace it)
+  at::Tensor original;              // the neuron tensor
+  bool is_mutable;                  // in-place or out= argument
 };
 
-struct Fp64Temp {
-  at::Tensor narrow;  // the float32 stand-in the kernel wrote
-  at::Tensor wide;    // the float64 alias it stands for
-};
-
-// The state of one eager call of a native op.
-struct NativeCall {
+// Step 1: the tensor arguments of one call as the CPU kernel sees them, and
+// the core the call runs on.
+struct HostArguments {
   const OpMeta& meta;
-  c10::DeviceIndex device = -1;
-  bool cpu_target = false;
-  std::string cpu_argument;  // first non-scalar CPU tensor argument, if any
-  c10::SmallVector<AliasRecord, 6> aliases;
-  c10::SmallVector<const c10::TensorImpl*, 4> cpu_inputs;
-  c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 2> adopted;
-  c10::SmallVector<Fp64Temp, 2> fp64_temps;
-  bool demoted_dtype_arg = false;
-  bool explicit_dtype_arg = false;
+  c10::DeviceIndex device = -1;               // -1 until a tensor or device argument names it
+  bool cpu_target = false;                    // a factory op asked for a CPU result
+  const std::string* cpu_argument = nullptr;  // first non-scalar CPU tensor argument's name
+  c10::SmallVector<AliasedArgument, 6> aliases;
+  c10::SmallVector<const c10::TensorImpl*, 4> cpu_inputs;  // CPU tensors passed as they are
 
-  explicit NativeCall(const OpMeta& m) : meta(m) {}
+  explicit HostArguments(const OpMeta& m) : meta(m) {}
 
-  at::Tensor mapInput(const at::Tensor& tensor, const c10::Argument& argument, bool is_mutable) {
-    if (!tensor.defined()) {
-      return tensor;
+  // Rewrites the arguments in place and settles `device`.
+  void unwrap(c10::IValue* args, const std::vector<c10::Argument>& arguments) {
+    for (size_t i = 0; i < arguments.size(); ++i) {
+      unwrapArgument(args[i], meta.arg_kinds[i], arguments[i], meta.mutable_args[i]);
     }
-    const auto device = tensor.device();
-    if (device.type() == kNeuron) {
-      if (this->device < 0) {
-        this->device = device.index();
-      } else if (this->device != device.index() && !(meta.flags & kCrossDevice)) {
-        throwDeviceMismatch(
-            meta, c10::Device(kNeuron, this->device).str(), device.str(), argument.name());
-      }
-      at::Tensor alias = cpuAlias(tensor);
-      aliases.push_back(AliasRecord{
-          alias, alias.unsafeGetTensorImpl(), alias.storage().unsafeGetStorageImpl(), tensor,
-          is_mutable});
-      return alias;
+    for (int index : meta.device_args) {
+      unwrapDeviceArgument(args[index]);
     }
-    if (device.type() != c10::DeviceType::CPU) {
-      throwDeviceMismatch(meta, "neuron", device.str(), argument.name());
+    if (device < 0) {
+      device = currentDevice();
     }
-    if (tensor.dim() > 0 && cpu_argument.empty() && !(meta.flags & kCrossDevice)) {
-      cpu_argument = argument.name();
+    // A CPU tensor among neuron ones is a mistake unless the op reads host
+    // tensors (kCrossDevice) or it is a scalar (a wrapped Python number).
+    if (cpu_argument != nullptr && !aliases.empty()) {
+      throwDeviceMismatch(meta, c10::Device(kNeuron, device).str(), "cpu", *cpu_argument);
     }
-    cpu_inputs.push_back(tensor.unsafeGetTensorImpl());
-    return tensor;
   }
 
-  void mapArgument(c10::IValue& value, ArgKind kind, const c10::Argument& argument, bool is_mutable) {
+  // The fp32 rule applies when a device tensor is float64/complex128 (CPU
+  // scalars such as Python numbers wrapped as float64 do not count: they do
+  // not decide the result dtype).
+  bool hasDeviceFp64() const {
+    for (const auto& aliased : aliases) {
+      if (needsFp64Emulation(aliased.original)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+ private:
+  void unwrapArgument(c10::IValue& value, ArgKind kind, const c10::Argument& argument, bool is_mutable) {
     switch (kind) {
       case ArgKind::Tensor:
         if (value.isTensor()) {
-          value = mapInput(value.toTensor(), argument, is_mutable);
+          value = unwrapTensor(value.toTensor(), argument, is_mutable);
         }
         break;
       case ArgKind::TensorList: {
         c10::List<at::Tensor> mapped;
         for (const at::Tensor& tensor : value.toTensorList()) {
-          mapped.push_back(mapInput(tensor, argument, is_mutable));
+          mapped.push_back(unwrapTensor(tensor, argument, is_mutable));
         }
         value = std::move(mapped);
         break;
@@ -310,7 +319,7 @@ struct NativeCall {
         for (const c10::IValue& element : value.toListRef()) {
           mapped.push_back(
               element.isTensor()
-                  ? std::optional<at::Tensor>(mapInput(element.toTensor(), argument, is_mutable))
+                  ? std::optional<at::Tensor>(unwrapTensor(element.toTensor(), argument, is_mutable))
                   : std::nullopt);
         }
         value = std::move(mapped);
@@ -321,9 +330,37 @@ struct NativeCall {
     }
   }
 
+  at::Tensor unwrapTensor(const at::Tensor& tensor, const c10::Argument& argument, bool is_mutable) {
+    if (!tensor.defined()) {
+      return tensor;
+    }
+    const auto tensor_device = tensor.device();
+    if (tensor_device.type() == kNeuron) {
+      if (device < 0) {
+        device = tensor_device.index();
+      } else if (device != tensor_device.index() && !(meta.flags & kCrossDevice)) {
+        throwDeviceMismatch(
+            meta, c10::Device(kNeuron, device).str(), tensor_device.str(), argument.name());
+      }
+      at::Tensor alias = hostAlias(tensor);
+      aliases.push_back(AliasedArgument{
+          alias, alias.unsafeGetTensorImpl(), alias.storage().unsafeGetStorageImpl(), tensor,
+          is_mutable});
+      return alias;
+    }
+    if (tensor_device.type() != c10::DeviceType::CPU) {
+      throwDeviceMismatch(meta, "neuron", tensor_device.str(), argument.name());
+    }
+    if (tensor.dim() > 0 && cpu_argument == nullptr && !(meta.flags & kCrossDevice)) {
+      cpu_argument = &argument.name();
+    }
+    cpu_inputs.push_back(tensor.unsafeGetTensorImpl());
+    return tensor;
+  }
+
   // Factory ops carry the target device as an argument: the CPU kernel gets
   // "cpu", the result goes to the neuron core named there.
-  void mapDeviceArgument(c10::IValue& value) {
+  void unwrapDeviceArgument(c10::IValue& value) {
     if (!value.isDevice()) {
       return;
     }
@@ -337,12 +374,50 @@ struct NativeCall {
       cpu_target = true;
     }
   }
+};
 
-  // Float64 on Trainium is computed in float32: the kernel gets float32
-  // stand-ins and the results are widened back.
-  void demoteFp64(c10::IValue* arguments, size_t count) {
+// Random ops draw from the device's generator of the call's core (PyTorch's
+// CPU kernel would draw from the CPU's default generator).
+void useDeviceGenerators(const OpMeta& meta, c10::IValue* args, c10::DeviceIndex device) {
+  for (int index : meta.generator_args) {
+    auto& value = args[index];
+    value = engineFor(
+        value.isGenerator() ? std::optional<at::Generator>(value.toGenerator()) : std::nullopt,
+        device);
+  }
+}
+
+void warnFp64Once(const OpMeta& meta) {
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true)) {
+    TORCH_WARN(
+        "torch_neuronx: float64 arithmetic on the neuron device is computed in float32, as on "
+        "Trainium (first seen in ", meta.name, "); tensors keep dtype float64. Set "
+        "TORCH_NEURONX_FP64=native to compute in float64 while debugging.");
+  }
+}
+
+// Step 2: float64 on Trainium is computed in float32. The kernel gets float32
+// stand-ins; mutated float64 arguments get the stand-ins' values back and
+// results are widened to float64, unless the op was asked for another dtype.
+struct Fp64Emulation {
+  struct Standin {
+    at::Tensor narrow;  // the float32 stand-in the kernel wrote
+    at::Tensor wide;    // the float64 argument it stands for
+  };
+
+  bool active = false;
+  bool explicit_dtype_arg = false;  // the op was given a dtype argument...
+  bool demoted_dtype_arg = false;   // ... and it was float64/complex128
+  c10::SmallVector<Standin, 2> mutated_standins;
+  // Widened results stay alive until the call ends: adopted storages are
+  // matched by address, which a freed temporary could hand to the next one.
+  c10::SmallVector<at::Tensor, 3> widened;
+
+  void demoteArguments(const OpMeta& meta, c10::IValue* args, size_t count) {
+    active = true;
     for (size_t i = 0; i < count; ++i) {
-      auto& value = arguments[i];
+      auto& value = args[i];
       if (value.isTensor()) {
         value = demote(value.toTensor(), meta.mutable_args[i]);
       } else if (value.isTensorList()) {
@@ -355,19 +430,29 @@ struct NativeCall {
       }
     }
     for (int index : meta.dtype_args) {
-      auto& value = arguments[index];
-      if (value.isNone()) {
-        continue;
-      }
-      explicit_dtype_arg = true;
-      const auto dtype = static_cast<c10::ScalarType>(value.toInt());
-      if (dtype == at::kDouble || dtype == at::kComplexDouble) {
-        value = static_cast<int64_t>(dtype == at::kDouble ? at::kFloat : at::kComplexFloat);
-        demoted_dtype_arg = true;
-      }
+      demoteDtypeArgument(args[index]);
     }
   }
 
+  // Copies what the kernel wrote into the stand-ins of mutated arguments
+  // back to the float64 tensors (resized as the stand-ins were).
+  void writeBack() {
+    for (auto& standin : mutated_standins) {
+      if (!standin.wide.sizes().equals(standin.narrow.sizes())) {
+        standin.wide.resize_(standin.narrow.sizes());
+      }
+      standin.wide.copy_(standin.narrow);
+    }
+  }
+
+  // The float64 result standing for the kernel's result `out`; the reference
+  // holds until the next widen().
+  const at::Tensor& widen(const at::Tensor& out) {
+    widened.push_back(widenedValue(out));
+    return widened.back();
+  }
+
+ private:
   at::Tensor demote(const at::Tensor& tensor, bool is_mutable) {
     if (!tensor.defined()) {
       return tensor;
@@ -378,15 +463,27 @@ struct NativeCall {
     }
     at::Tensor narrow = tensor.to(dtype == at::kDouble ? at::kFloat : at::kComplexFloat);
     if (is_mutable) {
-      fp64_temps.push_back(Fp64Temp{narrow, tensor});
+      mutated_standins.push_back(Standin{narrow, tensor});
     }
     return narrow;
   }
 
-  at::Tensor widen(const at::Tensor& out) {
-    for (auto& temp : fp64_temps) {
-      if (temp.narrow.unsafeGetTensorImpl() == out.unsafeGetTensorImpl()) {
-        return temp.wide;
+  void demoteDtypeArgument(c10::IValue& value) {
+    if (value.isNone()) {
+      return;
+    }
+    explicit_dtype_arg = true;
+    const auto dtype = static_cast<c10::ScalarType>(value.toInt());
+    if (dtype == at::kDouble || dtype == at::kComplexDouble) {
+      value = static_cast<int64_t>(dtype == at::kDouble ? at::kFloat : at::kComplexFloat);
+      demoted_dtype_arg = true;
+    }
+  }
+
+  at::Tensor widenedValue(const at::Tensor& out) {
+    for (auto& standin : mutated_standins) {
+      if (standin.narrow.unsafeGetTensorImpl() == out.unsafeGetTensorImpl()) {
+        return standin.wide;
       }
     }
     if (explicit_dtype_arg && !demoted_dtype_arg) {
@@ -400,47 +497,80 @@ struct NativeCall {
     }
     return out;
   }
+};
 
-  void writeBackFp64() {
-    for (auto& temp : fp64_temps) {
-      if (!temp.wide.sizes().equals(temp.narrow.sizes())) {
-        temp.wide.resize_(temp.narrow.sizes());
-      }
-      temp.wide.copy_(temp.narrow);
-    }
-  }
+// Step 4: the kernel's effects handed back to the device.
+struct ResultAdoption {
+  const HostArguments& inputs;
+  // CPU storages adopted in this call, so that results sharing one (views of
+  // each other) share one device storage too.
+  c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 2> adopted;
 
-  // In-place and out= arguments: the kernel may have resized the CPU alias
-  // (new memory) or changed its geometry; carry that over to the device tensor.
+  explicit ResultAdoption(const HostArguments& in) : inputs(in) {}
+
+  // In-place and out= arguments: the kernel may have resized the host alias
+  // (new memory) or changed its geometry; carry that over to the neuron tensor.
   void syncMutatedArguments() {
-    for (auto& record : aliases) {
-      if (!record.is_mutable) {
-        continue;
-      }
-      c10::TensorImpl* original = record.original.unsafeGetTensorImpl();
-      c10::StorageImpl* now = record.alias->storage().unsafeGetStorageImpl();
-      if (now != record.alias_storage) {
-        original->set_storage_keep_dtype(storageFor(now));
-      } else if (now->data() != original->storage().data() ||
-                 now->nbytes() != original->storage().nbytes()) {
-        c10::StorageImpl* target = original->storage().unsafeGetStorageImpl();
-        const size_t nbytes = now->nbytes();
-        target->set_data_ptr_noswap(takeForDevice(now, device));
-        target->set_nbytes(nbytes);
-      }
-      if (!original->sizes().equals(record.alias->sizes()) ||
-          !original->strides().equals(record.alias->strides()) ||
-          original->storage_offset() != record.alias->storage_offset()) {
-        original->set_sizes_and_strides(
-            record.alias->sizes(), record.alias->strides(), record.alias->storage_offset());
+    for (const auto& aliased : inputs.aliases) {
+      if (aliased.is_mutable) {
+        syncMemory(aliased);
+        syncGeometry(aliased);
       }
     }
   }
 
-  c10::Storage storageFor(c10::StorageImpl* cpu) {
-    for (auto& record : aliases) {
-      if (record.alias_storage == cpu) {
-        return record.original.storage();
+  // Replaces each tensor in the kernel's returns by its device counterpart.
+  void adoptReturns(torch::jit::Stack* stack, size_t num_returns, Fp64Emulation& fp64) {
+    for (auto it = stack->end() - static_cast<std::ptrdiff_t>(num_returns); it != stack->end(); ++it) {
+      c10::IValue& value = *it;
+      if (value.isTensor()) {
+        value = adoptReturn(value.toTensor(), fp64);
+      } else if (value.isTensorList()) {
+        auto list = value.toTensorList();
+        c10::List<at::Tensor> mapped;
+        mapped.reserve(list.size());
+        for (const at::Tensor& tensor : list) {
+          mapped.push_back(adoptReturn(tensor, fp64));
+        }
+        value = std::move(mapped);
+      }
+    }
+  }
+
+ private:
+  void syncMemory(const AliasedArgument& aliased) {
+    c10::TensorImpl* original = aliased.original.unsafeGetTensorImpl();
+    c10::StorageImpl* now = aliased.alias->storage().unsafeGetStorageImpl();
+    if (now != aliased.alias_storage) {
+      // The kernel gave the alias another storage (set_, or a result's).
+      original->set_storage_keep_dtype(deviceStorageFor(now));
+    } else if (now->data() != original->storage().data() ||
+               now->nbytes() != original->storage().nbytes()) {
+      // Same storage, new memory: the kernel resized it.
+      c10::StorageImpl* target = original->storage().unsafeGetStorageImpl();
+      const size_t nbytes = now->nbytes();
+      target->set_data_ptr_noswap(takeForDevice(now, inputs.device));
+      target->set_nbytes(nbytes);
+    }
+  }
+
+  static void syncGeometry(const AliasedArgument& aliased) {
+    c10::TensorImpl* original = aliased.original.unsafeGetTensorImpl();
+    if (!original->sizes().equals(aliased.alias->sizes()) ||
+        !original->strides().equals(aliased.alias->strides()) ||
+        original->storage_offset() != aliased.alias->storage_offset()) {
+      original->set_sizes_and_strides(
+          aliased.alias->sizes(), aliased.alias->strides(), aliased.alias->storage_offset());
+    }
+  }
+
+  // The device storage for a CPU storage the kernel returned: a neuron
+  // argument's own when it is that argument's alias storage, else adopted
+  // (once per call).
+  c10::Storage deviceStorageFor(c10::StorageImpl* cpu) {
+    for (const auto& aliased : inputs.aliases) {
+      if (aliased.alias_storage == cpu) {
+        return aliased.original.storage();
       }
     }
     for (auto& [source, storage] : adopted) {
@@ -449,131 +579,75 @@ struct NativeCall {
       }
     }
     const size_t nbytes = cpu->nbytes();
-    c10::Storage storage = deviceStorage(takeForDevice(cpu, device), nbytes);
+    c10::Storage storage = deviceStorage(takeForDevice(cpu, inputs.device), nbytes);
     adopted.emplace_back(cpu, storage);
     return storage;
   }
 
-  at::Tensor mapOutput(const at::Tensor& out) {
-    if (!out.defined() || cpu_target || out.device().type() != c10::DeviceType::CPU) {
+  at::Tensor adoptReturn(const at::Tensor& out, Fp64Emulation& fp64) {
+    return adopt(fp64.active ? fp64.widen(out) : out);
+  }
+
+  // A returned alias is its neuron tensor; a returned CPU input stays itself;
+  // a new CPU tensor becomes a neuron tensor (unless the op asked for CPU).
+  at::Tensor adopt(const at::Tensor& out) {
+    if (!out.defined() || inputs.cpu_target || out.device().type() != c10::DeviceType::CPU) {
       return out;
     }
     const c10::TensorImpl* impl = out.unsafeGetTensorImpl();
-    for (auto& record : aliases) {
-      if (record.alias == impl) {
-        return record.original;
+    for (const auto& aliased : inputs.aliases) {
+      if (aliased.alias == impl) {
+        return aliased.original;
       }
     }
-    for (const auto* input : cpu_inputs) {
+    for (const auto* input : inputs.cpu_inputs) {
       if (input == impl) {
         return out;
       }
     }
-    return deviceTensorLike(storageFor(out.storage().unsafeGetStorageImpl()), out);
-  }
-
-  at::Tensor finish(const at::Tensor& out) {
-    if (!fp64_active) {
-      return mapOutput(out);
-    }
-    // Widened results stay alive until the call ends: adopted storages are
-    // matched by address, which a freed temporary could hand to the next one.
-    widened.push_back(widen(out));
-    return mapOutput(widened.back());
-  }
-
-  void mapReturn(c10::IValue& value) {
-    if (value.isTensor()) {
-      value = finish(value.toTensor());
-    } else if (value.isTensorList()) {
-      auto list = value.toTensorList();
-      c10::List<at::Tensor> mapped;
-      mapped.reserve(list.size());
-      for (const at::Tensor& tensor : list) {
-        mapped.push_back(finish(tensor));
-      }
-      value = std::move(mapped);
-    }
-  }
-
-  bool fp64_active = false;
-  c10::SmallVector<at::Tensor, 3> widened;
-
-  // The fp32 rule applies when a device tensor is float64/complex128 (CPU
-  // scalars such as Python numbers wrapped as float64 do not count: they do
-  // not decide the result dtype).
-  bool hasDeviceFp64() const {
-    for (const auto& record : aliases) {
-      if (needsFp64Emulation(record.original)) {
-        return true;
-      }
-    }
-    return false;
+    return deviceTensorLike(deviceStorageFor(out.storage().unsafeGetStorageImpl()), out);
   }
 };
 
-void warnFp64Once(const OpMeta& meta) {
-  static std::atomic<bool> warned{false};
-  if (!warned.exchange(true)) {
-    TORCH_WARN(
-        "torch_neuronx: float64 arithmetic on the neuron device is computed in float32, as on "
-        "Trainium (first seen in ", meta.name, "); tensors keep dtype float64. Set "
-        "TORCH_NEURONX_FP64=native to compute in float64 while debugging.");
-  }
+// The arguments of an op: the last `count` values on the stack.
+c10::IValue* stackArguments(torch::jit::Stack* stack, size_t count) {
+  return &*(stack->end() - static_cast<std::ptrdiff_t>(count));
 }
 
 // The boxed kernel of every native op.
 void nativeKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   OpMeta& meta = metaFor(op);
   meta.executed->fetch_add(1, std::memory_order_relaxed);
-  const auto& arguments = op.schema().arguments();
-  const size_t num_arguments = arguments.size();
-  c10::IValue* args = &*(stack->end() - static_cast<std::ptrdiff_t>(num_arguments));
+  const auto& schema = op.schema();
+  const size_t num_arguments = schema.arguments().size();
+  c10::IValue* args = stackArguments(stack, num_arguments);
 
-  NativeCall call(meta);
-  for (size_t i = 0; i < num_arguments; ++i) {
-    call.mapArgument(args[i], meta.arg_kinds[i], arguments[i], meta.mutable_args[i]);
-  }
-  for (int index : meta.device_args) {
-    call.mapDeviceArgument(args[index]);
-  }
-  if (call.device < 0) {
-    call.device = currentDevice();
-  }
-  if (!call.cpu_argument.empty() && !call.aliases.empty()) {
-    throwDeviceMismatch(
-        meta, c10::Device(kNeuron, call.device).str(), "cpu", call.cpu_argument);
-  }
+  HostArguments inputs(meta);
+  inputs.unwrap(args, schema.arguments());
   lazyInit();
-  for (int index : meta.generator_args) {
-    auto& value = args[index];
-    value = engineFor(value.isGenerator() ? std::optional<at::Generator>(value.toGenerator()) : std::nullopt,
-                      call.device);
-  }
-  if (!(meta.flags & kExactFp64) && call.hasDeviceFp64()) {
+  useDeviceGenerators(meta, args, inputs.device);
+  Fp64Emulation fp64;
+  if (!(meta.flags & kExactFp64) && inputs.hasDeviceFp64()) {
     warnFp64Once(meta);
-    call.fp64_active = true;
-    call.demoteFp64(args, num_arguments);
+    fp64.demoteArguments(meta, args, num_arguments);
   }
+  ResultAdoption results(inputs);
 
-  {
-    c10::DeviceGuard guard(c10::Device(kNeuron, call.device));
-    CaptureScope capture(call.cpu_target ? -1 : call.device);
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
-    call.writeBackFp64();
-    call.syncMutatedArguments();
-    const size_t num_returns = op.schema().returns().size();
-    for (auto it = stack->end() - static_cast<std::ptrdiff_t>(num_returns); it != stack->end(); ++it) {
-      call.mapReturn(*it);
-    }
-  }
+  c10::DeviceGuard guard(c10::Device(kNeuron, inputs.device));
+  // Widening and adoption run inside the scope too: their copies land in
+  // device memory.
+  CaptureScope capture(inputs.cpu_target ? -1 : inputs.device);
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  fp64.writeBack();
+  results.syncMutatedArguments();
+  results.adoptReturns(stack, schema.returns().size(), fp64);
 }
 
-// The boxed kernel of every other op: run on CPU copies.
-void fallbackKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  OpMeta& meta = metaFor(op);
-  meta.executed->fetch_add(1, std::memory_order_relaxed);
-  meta.fallback->fetch_add(1, std::memory_order_relaxed);
+// ------------------------------------------------------------ fallback path
+
+// Applies TORCH_NEURONX_FALLBACK to an op about to fall back: an error, a
+// once-per-op warning or nothing.
+void enforceFallbackPolicy(OpMeta& meta) {
   const auto mode = fallbackMode();
   TORCH_CHECK_NOT_IMPLEMENTED(
       mode != FallbackMode::Error,
@@ -588,13 +662,23 @@ void fallbackKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         "torch_neuronx.get_fallback_ops() lists them. Set TORCH_NEURONX_FALLBACK=silent to hide "
         "this warning or TORCH_NEURONX_FALLBACK=error to make it an error.");
   }
+}
+
+// The boxed kernel of every other op: run on CPU copies.
+void fallbackKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  OpMeta& meta = metaFor(op);
+  meta.executed->fetch_add(1, std::memory_order_relaxed);
+  meta.fallback->fetch_add(1, std::memory_order_relaxed);
+  enforceFallbackPolicy(meta);
   lazyInit();
   at::native::cpu_fallback(op, stack, /*error_on_views=*/false);
 }
 
 } // namespace
 
-at::Tensor cpuAlias(const at::Tensor& tensor) {
+// ------------------------------------------------------ host aliases, adoption
+
+at::Tensor hostAlias(const at::Tensor& tensor) {
   const c10::Storage& storage = tensor.storage();
   auto cpu_storage = c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), storage.nbytes(),
@@ -603,12 +687,12 @@ at::Tensor cpuAlias(const at::Tensor& tensor) {
   return tensorLike(c10::Storage(std::move(cpu_storage)), c10::DispatchKey::CPU, tensor);
 }
 
-at::Tensor hostView(const at::Tensor& tensor) {
-  return tensor.device().type() == kNeuron ? cpuAlias(tensor) : tensor;
+at::Tensor hostOperand(const at::Tensor& tensor) {
+  return tensor.device().type() == kNeuron ? hostAlias(tensor) : tensor;
 }
 
-at::Tensor owningHostView(const at::Tensor& tensor) {
-  TORCH_CHECK(tensor.device().type() == kNeuron, "owningHostView expects a neuron tensor, got ",
+at::Tensor owningHostAlias(const at::Tensor& tensor) {
+  TORCH_CHECK(tensor.device().type() == kNeuron, "owningHostAlias expects a neuron tensor, got ",
               tensor.device());
   const c10::Storage& storage = tensor.storage();
   auto* owner = new c10::Storage(storage);
@@ -621,23 +705,25 @@ at::Tensor owningHostView(const at::Tensor& tensor) {
   return tensorLike(c10::Storage(std::move(cpu_storage)), c10::DispatchKey::CPU, tensor);
 }
 
-at::Tensor adoptOnDevice(const at::Tensor& cpu, c10::DeviceIndex device) {
+at::Tensor adoptKernelResult(const at::Tensor& cpu, c10::DeviceIndex device) {
   c10::StorageImpl* storage = cpu.storage().unsafeGetStorageImpl();
   const size_t nbytes = storage->nbytes();
   return deviceTensorLike(deviceStorage(takeForDevice(storage, device), nbytes), cpu);
 }
 
-at::Tensor adoptHost(const at::Tensor& cpu, c10::DeviceIndex device) {
-  TORCH_CHECK(cpu.device().is_cpu(), "adoptHost expects a CPU tensor, got ", cpu.device());
+at::Tensor adoptExternal(const at::Tensor& cpu, c10::DeviceIndex device) {
+  TORCH_CHECK(cpu.device().is_cpu(), "adoptExternal expects a CPU tensor, got ", cpu.device());
   c10::StorageImpl* storage = cpu.storage().unsafeGetStorageImpl();
   if (NeuronAllocator::owns(storage->data_ptr()) || !cpu.storage().unique()) {
-    return adoptOnDevice(cpu, device);
+    return adoptKernelResult(cpu, device);
   }
   const size_t nbytes = storage->nbytes();
   c10::DataPtr taken = storage->set_data_ptr(c10::DataPtr(nullptr, storage->device()));
   taken.unsafe_set_device(c10::Device(kNeuron, device));
   return deviceTensorLike(deviceStorage(std::move(taken), nbytes), cpu);
 }
+
+// ------------------------------------------------------------ registration
 
 void registerNativeOps(const std::vector<std::pair<std::string, int>>& ops) {
   // Leaked: destroying a torch::Library at interpreter exit aborts.
@@ -652,8 +738,14 @@ void registerNativeOps(const std::vector<std::pair<std::string, int>>& ops) {
   }
 }
 
-std::atomic<int64_t>* executedCounter(const std::string& name) {
-  return executedTable().get(name);
+void DirectOp::bind() {
+  const char* dot = std::strchr(schema_, '.');
+  const std::string name = "aten::" + (dot ? std::string(schema_, dot) : std::string(schema_));
+  // Throws "Could not find schema for aten::..." for an op that does not exist.
+  handle_ = new c10::OperatorHandle(
+      c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), dot ? dot + 1 : ""));
+  // The counter the generic path uses for the same op (OpMeta::executed).
+  counter_ = executedTable().get(c10::toString(handle_->operator_name()));
 }
 
 void runNative(const c10::OperatorHandle& op, torch::jit::Stack* stack) {

@@ -6,10 +6,35 @@
 // land in device memory (see CaptureScope) and are adopted as device tensors.
 // Every other op takes the fallback path: copied to real CPU tensors, run,
 // copied back, with a once-per-op warning and a record in the op tracker.
+//
+// Host memory vocabulary (C++ and the _C bindings use these words only):
+//
+//   host alias     A CPU tensor over the bytes of a neuron tensor: same
+//                  memory, same geometry, no copy. It does not own the
+//                  memory; the neuron tensor must outlive it.
+//                  hostAlias() / _C._host_alias.
+//   owning host alias
+//                  A host alias that holds a reference to the neuron
+//                  tensor's storage, so the device memory lives as long as
+//                  the alias (handed to code that keeps it, e.g. gloo).
+//                  owningHostAlias() / _C._owning_host_alias.
+//   host operand   What a CPU kernel is given for a tensor argument: the host
+//                  alias of a neuron tensor, a CPU tensor itself.
+//                  hostOperand().
+//   adopt          Make a CPU tensor's memory the memory of a new neuron
+//                  tensor (the reverse direction), without a copy when
+//                  possible:
+//                  - adoptKernelResult(): the result of a CPU kernel run
+//                    under a CaptureScope, whose memory came from the device
+//                    allocator (and is counted in its statistics);
+//                  - adoptExternal() / _C._adopt_external: memory produced
+//                    outside PyTorch (an XLA result received by DLPack),
+//                    owned by its producer and not counted.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
 
 #include <atomic>
 #include <map>
@@ -17,32 +42,31 @@
 
 namespace torch_neuronx {
 
-// Per-op flags given by the Python registry.
+// Per-op flags given by the Python registry (exported to Python as
+// _C._op_flags).
 enum OpFlags : int {
   kCrossDevice = 1,      // copies and host-indexed ops: tensors may live anywhere
   kExactFp64 = 2,        // data movement: float64 is copied, never rounded
 };
 
-// A CPU tensor over the same memory as `tensor` (a neuron tensor).
-at::Tensor cpuAlias(const at::Tensor& tensor);
+// The host alias of `tensor` (a neuron tensor).
+at::Tensor hostAlias(const at::Tensor& tensor);
 
-// cpuAlias for a neuron tensor, the tensor itself for a CPU one: the host
-// operand of a kernel that runs PyTorch's CPU implementation.
-at::Tensor hostView(const at::Tensor& tensor);
+// The host alias of a neuron tensor, a CPU tensor itself.
+at::Tensor hostOperand(const at::Tensor& tensor);
 
-// cpuAlias whose storage holds a reference to the device storage, so the
-// device memory lives as long as the view (handed to gloo, kept by a Work).
-at::Tensor owningHostView(const at::Tensor& tensor);
+// A host alias keeping the neuron tensor's storage alive.
+at::Tensor owningHostAlias(const at::Tensor& tensor);
 
-// A neuron tensor owning the result `cpu` of a CPU kernel run on `device`:
-// adopted without a copy when its memory came from the device allocator.
-at::Tensor adoptOnDevice(const at::Tensor& cpu, c10::DeviceIndex device);
+// A neuron tensor on `device` owning the result `cpu` of a CPU kernel: no copy
+// when its memory came from the device allocator (a CaptureScope was active),
+// a copy into device memory otherwise.
+at::Tensor adoptKernelResult(const at::Tensor& cpu, c10::DeviceIndex device);
 
-// A neuron tensor taking over the memory of a CPU tensor produced outside
-// PyTorch's kernels (an XLA result received by DLPack): no copy when the CPU
-// tensor is the only owner of its storage. Such memory is owned by its
-// producer, so it is not counted in the allocator's statistics.
-at::Tensor adoptHost(const at::Tensor& cpu, c10::DeviceIndex device);
+// A neuron tensor on `device` taking over the memory of a CPU tensor produced
+// outside PyTorch's kernels: no copy when the CPU tensor is the only owner of
+// its storage. Not counted in the allocator's statistics.
+at::Tensor adoptExternal(const at::Tensor& cpu, c10::DeviceIndex device);
 
 // Registers the alias kernel for each (name.overload, flags).
 void registerNativeOps(const std::vector<std::pair<std::string, int>>& ops);
@@ -54,12 +78,40 @@ void runNative(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // fp32) is in force: such calls need the generic path.
 bool needsFp64Emulation(const at::Tensor& tensor);
 
-// The call counter of one op in get_executed_ops(), for direct kernels.
-std::atomic<int64_t>* executedCounter(const std::string& name);
+// An aten op with a kernel of its own (Kernels.cpp, FastOps.cpp) instead of
+// the generic alias kernel. Its schema name is written once, here, and names
+// both the registration and the op's counter in get_executed_ops(), so the two
+// cannot drift apart; an op that does not exist fails when the extension
+// loads, instead of silently making a counter no op ever reaches.
+class DirectOp {
+ public:
+  // `schema`: "name.overload" (or "name") in the aten namespace.
+  explicit constexpr DirectOp(const char* schema) : schema_(schema) {}
 
-inline void count(std::atomic<int64_t>* counter) {
-  counter->fetch_add(1, std::memory_order_relaxed);
-}
+  // Registers `kernel` for this op with `library` (aten, PrivateUse1).
+  template <class Kernel>
+  void registerKernel(torch::Library& library, Kernel&& kernel) {
+    bind();
+    library.impl(schema_, std::forward<Kernel>(kernel));
+  }
+
+  // One call of the op on the device.
+  void count() const {
+    counter_->fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // The dispatcher's handle, for calls that take the generic alias path.
+  const c10::OperatorHandle& handle() const {
+    return *handle_;
+  }
+
+ private:
+  void bind();  // looks up the op (throws if it does not exist) and its counter
+
+  const char* schema_;
+  const c10::OperatorHandle* handle_ = nullptr;  // leaked, like every registration
+  std::atomic<int64_t>* counter_ = nullptr;
+};
 
 // Op tracking: call counts of every op run on the device, and of the subset
 // that took the CPU fallback path.

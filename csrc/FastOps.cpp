@@ -30,89 +30,63 @@ c10::DeviceIndex sameCore(const at::Tensor& self, const at::Tensor& other) {
   return other.device().is_cpu() && other.dim() == 0 ? self.device().index() : -1;
 }
 
-const c10::OperatorHandle& handle(const char* name, const char* overload) {
-  // Leaked on purpose, like every dispatcher registration here.
-  auto* op = new c10::OperatorHandle(c10::Dispatcher::singleton().findSchemaOrThrow(name, overload));
-  return *op;
-}
-
 template <class... Args>
-at::Tensor generic(const c10::OperatorHandle& op, Args&&... args) {
+at::Tensor generic(const DirectOp& op, Args&&... args) {
   torch::jit::Stack stack;
   stack.reserve(sizeof...(Args));
   (stack.emplace_back(std::forward<Args>(args)), ...);
-  runNative(op, &stack);
+  runNative(op.handle(), &stack);
   return std::move(stack.back()).toTensor();
 }
 
-// One out-of-place and one in-place kernel per binary op. CpuOp / CpuInplace
-// are PyTorch's CPU kernels; the op handles serve the generic path.
-#define NEURON_BINARY_WITH_ALPHA(NAME)                                                       \
-  at::Tensor NAME##Tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) { \
-    static const auto& op = handle("aten::" #NAME, "Tensor");                                \
-    static auto* counter = executedCounter("aten::" #NAME ".Tensor");                        \
+// One out-of-place and one in-place kernel per binary op, with their ops
+// (NAME##Op, NAME##InplaceOp: counter and handle for the generic path).
+// at::cpu::NAME / NAME##_ are PyTorch's CPU kernels. A call counts itself
+// only on the fast path: the generic path counts the call under the same op.
+#define NEURON_BINARY_KERNELS(NAME, PARAMS, ARGS)                                           \
+  DirectOp NAME##Op(#NAME ".Tensor");                                                        \
+  DirectOp NAME##InplaceOp(#NAME "_.Tensor");                                                \
+  at::Tensor NAME##Tensor(const at::Tensor& self, const at::Tensor& other PARAMS) {          \
     const auto core = sameCore(self, other);                                                 \
     if (core < 0) {                                                                          \
-      return generic(op, self, other, alpha);                                                \
+      return generic(NAME##Op, self, other ARGS);                                            \
     }                                                                                        \
-    count(counter);                                                                          \
+    NAME##Op.count();                                                                        \
     CaptureScope capture(core);                                                              \
-    return adoptOnDevice(at::cpu::NAME(cpuAlias(self), hostView(other), alpha), core);       \
+    return adoptKernelResult(at::cpu::NAME(hostAlias(self), hostOperand(other) ARGS), core); \
   }                                                                                          \
-  at::Tensor& NAME##Inplace(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) { \
-    static const auto& op = handle("aten::" #NAME "_", "Tensor");                            \
-    static auto* counter = executedCounter("aten::" #NAME "_.Tensor");                       \
+  at::Tensor& NAME##Inplace(at::Tensor& self, const at::Tensor& other PARAMS) {              \
     if (sameCore(self, other) < 0) {                                                         \
-      generic(op, self, other, alpha);                                                       \
+      generic(NAME##InplaceOp, self, other ARGS);                                            \
       return self;                                                                           \
     }                                                                                        \
-    count(counter);                                                                          \
-    at::Tensor alias = cpuAlias(self);                                                       \
-    at::cpu::NAME##_(alias, hostView(other), alpha);                                         \
+    NAME##InplaceOp.count();                                                                 \
+    at::Tensor alias = hostAlias(self);                                                      \
+    at::cpu::NAME##_(alias, hostOperand(other) ARGS);                                        \
     return self;                                                                             \
   }
 
-#define NEURON_BINARY(NAME)                                                                  \
-  at::Tensor NAME##Tensor(const at::Tensor& self, const at::Tensor& other) {                 \
-    static const auto& op = handle("aten::" #NAME, "Tensor");                                \
-    static auto* counter = executedCounter("aten::" #NAME ".Tensor");                        \
-    const auto core = sameCore(self, other);                                                 \
-    if (core < 0) {                                                                          \
-      return generic(op, self, other);                                                       \
-    }                                                                                        \
-    count(counter);                                                                          \
-    CaptureScope capture(core);                                                              \
-    return adoptOnDevice(at::cpu::NAME(cpuAlias(self), hostView(other)), core);              \
-  }                                                                                          \
-  at::Tensor& NAME##Inplace(at::Tensor& self, const at::Tensor& other) {                     \
-    static const auto& op = handle("aten::" #NAME "_", "Tensor");                            \
-    static auto* counter = executedCounter("aten::" #NAME "_.Tensor");                       \
-    if (sameCore(self, other) < 0) {                                                         \
-      generic(op, self, other);                                                              \
-      return self;                                                                           \
-    }                                                                                        \
-    count(counter);                                                                          \
-    at::Tensor alias = cpuAlias(self);                                                       \
-    at::cpu::NAME##_(alias, hostView(other));                                                \
-    return self;                                                                             \
-  }
+// add and sub take a trailing alpha; mul and div do not.
+#define NEURON_ALPHA_PARAM , const at::Scalar& alpha
+#define NEURON_ALPHA_ARG , alpha
+#define NEURON_NOTHING
 
-NEURON_BINARY_WITH_ALPHA(add)
-NEURON_BINARY_WITH_ALPHA(sub)
-NEURON_BINARY(mul)
-NEURON_BINARY(div)
+NEURON_BINARY_KERNELS(add, NEURON_ALPHA_PARAM, NEURON_ALPHA_ARG)
+NEURON_BINARY_KERNELS(sub, NEURON_ALPHA_PARAM, NEURON_ALPHA_ARG)
+NEURON_BINARY_KERNELS(mul, NEURON_NOTHING, NEURON_NOTHING)
+NEURON_BINARY_KERNELS(div, NEURON_NOTHING, NEURON_NOTHING)
 
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("add.Tensor", addTensor);
-  m.impl("add_.Tensor", addInplace);
-  m.impl("sub.Tensor", subTensor);
-  m.impl("sub_.Tensor", subInplace);
-  m.impl("mul.Tensor", mulTensor);
-  m.impl("mul_.Tensor", mulInplace);
-  m.impl("div.Tensor", divTensor);
-  m.impl("div_.Tensor", divInplace);
+  addOp.registerKernel(m, addTensor);
+  addInplaceOp.registerKernel(m, addInplace);
+  subOp.registerKernel(m, subTensor);
+  subInplaceOp.registerKernel(m, subInplace);
+  mulOp.registerKernel(m, mulTensor);
+  mulInplaceOp.registerKernel(m, mulInplace);
+  divOp.registerKernel(m, divTensor);
+  divInplaceOp.registerKernel(m, divInplace);
 }
 
 } // namespace torch_neuronx

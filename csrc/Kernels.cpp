@@ -25,6 +25,22 @@ namespace {
 
 constexpr auto kNeuronKeys = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1);
 
+// The direct kernels that count their calls in get_executed_ops() (views and
+// other metadata-only kernels do not): each op's schema name, once.
+DirectOp kEmpty("empty.memory_format");
+DirectOp kEmptyStrided("empty_strided");
+DirectOp kCopyFrom("_copy_from");
+DirectOp kCopyFromAndResize("_copy_from_and_resize");
+DirectOp kResize("resize_");
+DirectOp kLocalScalarDense("_local_scalar_dense");
+DirectOp kSetStorage("set_.source_Storage_storage_offset");
+DirectOp kSetStorageWhole("set_.source_Storage");
+DirectOp kSetTensor("set_.source_Tensor");
+DirectOp kSetEmpty("set_");
+DirectOp kConvolution("convolution_overrideable");
+DirectOp kConvolutionBackward("convolution_backward_overrideable");
+DirectOp kNativeDropout("native_dropout");
+
 c10::DeviceIndex targetIndex(std::optional<c10::Device> device) {
   if (device.has_value() && device->type() == kNeuron && device->has_index()) {
     return device->index();
@@ -36,8 +52,7 @@ at::Tensor empty(
     c10::IntArrayRef size, std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
     std::optional<c10::Device> device, std::optional<bool> pin_memory,
     std::optional<c10::MemoryFormat> memory_format) {
-  static auto* counter = executedCounter("aten::empty.memory_format");
-  count(counter);
+  kEmpty.count();
   TORCH_CHECK(
       !layout.has_value() || *layout == c10::Layout::Strided,
       "The neuron device supports only strided (dense) tensors, got layout ", *layout);
@@ -50,8 +65,7 @@ at::Tensor emptyStrided(
     c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
     std::optional<c10::Layout> layout, std::optional<c10::Device> device,
     std::optional<bool> pin_memory) {
-  static auto* counter = executedCounter("aten::empty_strided");
-  count(counter);
+  kEmptyStrided.count();
   TORCH_CHECK(
       !layout.has_value() || *layout == c10::Layout::Strided,
       "The neuron device supports only strided (dense) tensors, got layout ", *layout);
@@ -63,16 +77,14 @@ at::Tensor emptyStrided(
 // Host <-> device and device <-> device copies: both sides are host memory,
 // so a copy is PyTorch's CPU copy kernel over the two aliases.
 at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
-  static auto* counter = executedCounter("aten::_copy_from");
-  count(counter);
+  kCopyFrom.count();
   lazyInit();
-  hostView(dst).copy_(hostView(self));
+  hostOperand(dst).copy_(hostOperand(self));
   return dst;
 }
 
 at::Tensor copyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
-  static auto* counter = executedCounter("aten::_copy_from_and_resize");
-  count(counter);
+  kCopyFromAndResize.count();
   if (!dst.sizes().equals(self.sizes())) {
     dst.resize_(self.sizes());
   }
@@ -81,8 +93,7 @@ at::Tensor copyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
 
 const at::Tensor& resize(
     const at::Tensor& self, c10::IntArrayRef size, std::optional<c10::MemoryFormat> memory_format) {
-  static auto* counter = executedCounter("aten::resize_");
-  count(counter);
+  kResize.count();
   c10::DeviceGuard guard(self.device());
   auto* impl = self.unsafeGetTensorImpl();
   at::native::resize_impl_cpu_(impl, size, std::nullopt);
@@ -93,36 +104,31 @@ const at::Tensor& resize(
 }
 
 at::Scalar localScalarDense(const at::Tensor& self) {
-  static auto* counter = executedCounter("aten::_local_scalar_dense");
-  count(counter);
-  return at::_local_scalar_dense(cpuAlias(self));
+  kLocalScalarDense.count();
+  return at::_local_scalar_dense(hostAlias(self));
 }
 
 at::Tensor& setStorage(
     at::Tensor& self, c10::Storage source, int64_t offset, c10::IntArrayRef size,
     c10::IntArrayRef stride) {
-  static auto* counter = executedCounter("aten::set_.source_Storage_storage_offset");
-  count(counter);
+  kSetStorage.count();
   return at::native::set_storage_cpu_(self, source, offset, size, stride);
 }
 
 at::Tensor& setStorageWhole(at::Tensor& self, c10::Storage source) {
-  static auto* counter = executedCounter("aten::set_.source_Storage");
-  count(counter);
+  kSetStorageWhole.count();
   const auto itemsize = self.dtype().itemsize();
   const int64_t numel = static_cast<int64_t>(source.nbytes() / itemsize);
   return at::native::set_storage_cpu_(self, std::move(source), 0, {numel}, {});
 }
 
 at::Tensor& setTensor(at::Tensor& self, const at::Tensor& source) {
-  static auto* counter = executedCounter("aten::set_.source_Tensor");
-  count(counter);
+  kSetTensor.count();
   return at::native::set_tensor_(self, source);
 }
 
 at::Tensor& setEmpty(at::Tensor& self) {
-  static auto* counter = executedCounter("aten::set_");
-  count(counter);
+  kSetEmpty.count();
   c10::Storage storage(
       c10::Storage::use_byte_size_t(), 0, &neuronAllocator(), /*resizable=*/true);
   return at::native::set_storage_cpu_(self, storage, 0, {0}, {});
@@ -137,35 +143,33 @@ at::Tensor convolution(
     const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
     c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
     c10::IntArrayRef output_padding, int64_t groups) {
-  static auto* counter = executedCounter("aten::convolution_overrideable");
-  count(counter);
+  kConvolution.count();
   const auto device = input.device().index();
   CaptureScope capture(device);
   std::optional<at::Tensor> host_bias;
   if (bias.has_value() && bias->defined()) {
-    host_bias = hostView(*bias);
+    host_bias = hostOperand(*bias);
   }
   auto out = at::convolution(
-      hostView(input), hostView(weight), host_bias, stride, padding, dilation, transposed,
+      hostOperand(input), hostOperand(weight), host_bias, stride, padding, dilation, transposed,
       output_padding, groups);
-  return adoptOnDevice(out, device);
+  return adoptKernelResult(out, device);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> convolutionBackward(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
     c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
     c10::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> output_mask) {
-  static auto* counter = executedCounter("aten::convolution_backward_overrideable");
-  count(counter);
+  kConvolutionBackward.count();
   const auto device = input.device().index();
   CaptureScope capture(device);
   const int64_t bias_size = transposed ? weight.size(1) * groups : weight.size(0);
   auto [grad_input, grad_weight, grad_bias] = at::convolution_backward(
-      hostView(grad_output), hostView(input), hostView(weight),
+      hostOperand(grad_output), hostOperand(input), hostOperand(weight),
       std::vector<int64_t>{bias_size}, stride, padding, dilation, transposed, output_padding,
       groups, output_mask);
   auto adopt = [device](const at::Tensor& t) {
-    return t.defined() ? adoptOnDevice(t, device) : t;
+    return t.defined() ? adoptKernelResult(t, device) : t;
   };
   return {adopt(grad_input), adopt(grad_weight), adopt(grad_bias)};
 }
@@ -174,8 +178,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolutionBackward(
 // would draw from the CPU's default generator).
 std::tuple<at::Tensor, at::Tensor> nativeDropout(
     const at::Tensor& input, double p, std::optional<bool> train) {
-  static auto* counter = executedCounter("aten::native_dropout");
-  count(counter);
+  kNativeDropout.count();
   if (train.has_value() && !*train) {
     return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
   }
@@ -195,10 +198,10 @@ int64_t sdpaChoice(
     std::optional<double> scale, bool enable_gqa) {
   std::optional<at::Tensor> host_mask;
   if (attn_mask.has_value() && attn_mask->defined()) {
-    host_mask = hostView(*attn_mask);
+    host_mask = hostOperand(*attn_mask);
   }
   return at::native::_fused_sdp_choice_cpp(
-      hostView(query), hostView(key), hostView(value), host_mask, dropout_p, is_causal, scale,
+      hostOperand(query), hostOperand(key), hostOperand(value), host_mask, dropout_p, is_causal, scale,
       enable_gqa);
 }
 
@@ -217,18 +220,22 @@ bool hasCompatibleShallowCopyType(const at::Tensor& self, const at::Tensor& from
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("native_dropout", nativeDropout);
+  // Counted in get_executed_ops().
+  kEmpty.registerKernel(m, empty);
+  kEmptyStrided.registerKernel(m, emptyStrided);
+  kCopyFrom.registerKernel(m, copyFrom);
+  kCopyFromAndResize.registerKernel(m, copyFromAndResize);
+  kResize.registerKernel(m, resize);
+  kLocalScalarDense.registerKernel(m, localScalarDense);
+  kSetStorage.registerKernel(m, setStorage);
+  kSetStorageWhole.registerKernel(m, setStorageWhole);
+  kSetTensor.registerKernel(m, setTensor);
+  kSetEmpty.registerKernel(m, setEmpty);
+  kConvolution.registerKernel(m, convolution);
+  kConvolutionBackward.registerKernel(m, convolutionBackward);
+  kNativeDropout.registerKernel(m, nativeDropout);
+  // Not counted: metadata-only kernels and queries.
   m.impl("_has_compatible_shallow_copy_type", hasCompatibleShallowCopyType);
-  m.impl("empty.memory_format", empty);
-  m.impl("empty_strided", emptyStrided);
-  m.impl("_copy_from", copyFrom);
-  m.impl("_copy_from_and_resize", copyFromAndResize);
-  m.impl("resize_", resize);
-  m.impl("_local_scalar_dense", localScalarDense);
-  m.impl("set_.source_Storage_storage_offset", setStorage);
-  m.impl("set_.source_Storage", setStorageWhole);
-  m.impl("set_.source_Tensor", setTensor);
-  m.impl("set_", setEmpty);
   m.impl("record_stream", recordStream);
   m.impl("view", at::native::view);
   m.impl("as_strided", at::native::as_strided_tensorimpl);
@@ -236,8 +243,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("unfold", at::native::unfold);
   m.impl("view_as_real", at::native::view_as_real);
   m.impl("view_as_complex", at::native::view_as_complex);
-  m.impl("convolution_overrideable", convolution);
-  m.impl("convolution_backward_overrideable", convolutionBackward);
 }
 
 // Conjugate and negative views are materialized by the copy itself.

@@ -31,6 +31,16 @@ py::list memorySnapshot() {
   return blocks;
 }
 
+// A dict name -> integer value of a C++ enum.
+template <class Enum>
+py::dict enumValues(std::initializer_list<std::pair<const char*, Enum>> entries) {
+  py::dict values;
+  for (const auto& [name, value] : entries) {
+    values[name] = static_cast<int>(value);
+  }
+  return values;
+}
+
 } // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -52,6 +62,21 @@ PYBIND11_MODULE(_C, m) {
   m.def("_drain_autograd_workers", &tn::drainAutogradWorkers,
         py::call_guard<py::gil_scoped_release>());
 
+  // The C++ enums, by name, for torch_neuronx/ops (which keeps the Python API
+  // in words): the values the setters take and the getters return.
+  m.attr("_fallback_modes") = enumValues<tn::FallbackMode>({
+      {"warn", tn::FallbackMode::Warn},
+      {"silent", tn::FallbackMode::Silent},
+      {"error", tn::FallbackMode::Error},
+  });
+  m.attr("_fp64_modes") = enumValues<tn::Fp64Mode>({
+      {"emulate", tn::Fp64Mode::Emulate},
+      {"native", tn::Fp64Mode::Native},
+  });
+  m.attr("_op_flags") = enumValues<tn::OpFlags>({
+      {"cross_device", tn::kCrossDevice},
+      {"exact_fp64", tn::kExactFp64},
+  });
   m.def("_set_fallback_mode", [](int mode) { tn::setFallbackMode(static_cast<tn::FallbackMode>(mode)); });
   m.def("_get_fallback_mode", [] { return static_cast<int>(tn::fallbackMode()); });
   m.def("_set_fp64_mode", [](int mode) { tn::setFp64Mode(static_cast<tn::Fp64Mode>(mode)); });
@@ -63,13 +88,15 @@ PYBIND11_MODULE(_C, m) {
   m.def("_clear_op_tracking", &tn::clearOpTracking);
 
   m.def("_memory_snapshot", &memorySnapshot);
-  m.def("_host_view", &tn::cpuAlias, "A CPU tensor over the same memory as a neuron tensor (no copy).");
-  m.def("_owning_host_view", &tn::owningHostView,
-        "_host_view that keeps the neuron tensor's memory alive as long as the view lives.");
-
-  m.def("_adopt_host", [](const at::Tensor& cpu, int device) {
-    return tn::adoptHost(cpu, static_cast<c10::DeviceIndex>(device));
-  });
+  // Host memory, in the vocabulary of csrc/Eager.h.
+  m.def("_host_alias", &tn::hostAlias,
+        "The host alias of a neuron tensor: a CPU tensor over the same memory (no copy).");
+  m.def("_owning_host_alias", &tn::owningHostAlias,
+        "A host alias that keeps the neuron tensor's memory alive as long as it lives.");
+  m.def("_adopt_external", [](const at::Tensor& cpu, int device) {
+    return tn::adoptExternal(cpu, static_cast<c10::DeviceIndex>(device));
+  }, "A neuron tensor taking over the memory of a CPU tensor produced outside PyTorch "
+     "(an XLA result received by DLPack); not counted in the allocator's statistics.");
 
   m.def("_default_generator", [](int index) {
     return py::reinterpret_steal<py::object>(

@@ -15,10 +15,12 @@ namespace torch_neuronx {
 constexpr c10::DeviceType kNeuron = c10::DeviceType::PrivateUse1;
 constexpr int kMaxDevices = 128;
 
-// What to do with an op that is outside the native op set.
+// What to do with an op that is outside the native op set (exported to
+// Python by name as _C._fallback_modes).
 enum class FallbackMode : int { Warn = 0, Silent = 1, Error = 2 };
 
-// How float64 arithmetic is done: as on Trainium (in fp32) or natively.
+// How float64 arithmetic is done: as on Trainium (in fp32) or natively
+// (exported as _C._fp64_modes).
 enum class Fp64Mode : int { Emulate = 0, Native = 1 };
 
 // Set once from Python (the instance profile) before the first device use.

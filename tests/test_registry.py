@@ -53,3 +53,49 @@ def test_native_op_does_not_fall_back():
     executed = torch_neuronx.get_executed_ops()
     assert executed.get("aten::mm", 0) >= 1
     assert executed.get("aten::relu", 0) >= 1
+
+
+def _is_aten_overload(key: str) -> bool:
+    """'aten::name.overload' (or 'aten::name') names an existing ATen overload."""
+    namespace, _, qualified = key.partition("::")
+    name, _, overload = qualified.partition(".")
+    packet = getattr(torch.ops.aten, name, None) if namespace == "aten" else None
+    return packet is not None and (overload or "default") in packet.overloads()
+
+
+def test_direct_kernel_counters_name_real_ops():
+    """The kernels of csrc/Kernels.cpp and csrc/FastOps.cpp count their calls
+    under their op's schema name: each shows up under its own name, and every
+    name in get_executed_ops() is a real ATen overload (a misspelt counter
+    would be a key no op has)."""
+    aten = torch.ops.aten
+    x = torch.randn(4, 4, device="neuron")
+    w = torch.randn(2, 1, 3, 3, device="neuron", requires_grad=True)
+    image = torch.randn(1, 1, 5, 5, device="neuron")
+    torch_neuronx.clear_op_tracking()
+    torch.empty(4, device="neuron")
+    torch.empty_strided((2, 2), (1, 2), device="neuron")
+    y = torch.randn(4).to("neuron")
+    aten._copy_from_and_resize(torch.randn(3), torch.empty(0, device="neuron"))
+    y.resize_(8)
+    y[0].item()
+    y.set_(x.untyped_storage(), 0, (2,), (1,))
+    y.set_(x.untyped_storage())
+    y.set_(x)
+    y.set_()
+    torch.nn.functional.conv2d(image, w).sum().backward()
+    aten.native_dropout(x, 0.5, True)
+    x + x, x - x, x * x, x / x
+    x.add_(x), x.sub_(x), x.mul_(x), x.div_(x)
+    executed = torch_neuronx.get_executed_ops()
+    direct = {
+        "aten::empty.memory_format", "aten::empty_strided", "aten::_copy_from",
+        "aten::_copy_from_and_resize", "aten::resize_", "aten::_local_scalar_dense",
+        "aten::set_.source_Storage_storage_offset", "aten::set_.source_Storage",
+        "aten::set_.source_Tensor", "aten::set_", "aten::convolution_overrideable",
+        "aten::convolution_backward_overrideable", "aten::native_dropout",
+        "aten::add.Tensor", "aten::add_.Tensor", "aten::sub.Tensor", "aten::sub_.Tensor",
+        "aten::mul.Tensor", "aten::mul_.Tensor", "aten::div.Tensor", "aten::div_.Tensor",
+    }
+    assert sorted(direct - set(executed)) == []
+    assert sorted(key for key in executed if not _is_aten_overload(key)) == []

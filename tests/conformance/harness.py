@@ -433,7 +433,7 @@ def is_random_op(op, sample=None) -> bool:
 def native_fp64():
     """Device float64 computed in float64 (TORCH_NEURONX_FP64=native) inside the block."""
     previous = torch_neuronx._C._get_fp64_mode()
-    torch_neuronx._C._set_fp64_mode(1)
+    torch_neuronx._C._set_fp64_mode(torch_neuronx._C._fp64_modes["native"])
     try:
         yield
     finally:

@@ -28,7 +28,7 @@ _EXECUTABLES_LOCK = threading.Lock()
 def _emulate_fp64() -> bool:
     from torch_neuronx import _C
 
-    return _C._get_fp64_mode() == 0
+    return _C._get_fp64_mode() == _C._fp64_modes["emulate"]
 
 
 def _uses_rng(gm: torch.fx.GraphModule) -> bool:

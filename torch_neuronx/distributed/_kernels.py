@@ -5,7 +5,7 @@ Every collective of a ``ProcessGroup`` ends in a ``c10d::*`` dispatcher op
 backend registered for the tensors' device. These are the kernels for the
 ``PrivateUse1`` (neuron) key: they take the gloo backend that the "neuron"
 backend creator registered for the device and run the gloo collective on host
-views of the device tensors (``_C._host_view``: a CPU tensor over the same
+views of the device tensors (``_C._host_alias``: a CPU tensor over the same
 bytes, no copy). Going through the dispatcher, not a Python ProcessGroup
 subclass, reaches every caller: the ``torch.distributed`` functions, the DDP
 reducer, functional collectives (DTensor, FSDP2) and object collectives.
@@ -27,7 +27,7 @@ reducer, functional collectives (DTensor, FSDP2) and object collectives.
 - Gloo works are kept referenced here until shortly after they complete, so
   that their tensors are freed on a Python thread, not on gloo's (see
   ``_track``).
-- The host tensors given to gloo are ``_C._owning_host_view``s: CPU tensors over
+- The host tensors given to gloo are ``_C._owning_host_alias``es: CPU tensors over
   the same bytes whose storage holds a reference to the device storage, so the
   device memory lives as long as gloo, a work or a future value needs it, even
   if the caller drops the device tensor early (a temporary passed to a
@@ -116,7 +116,7 @@ class _Staging:
             raise RuntimeError(
                 f"The neuron backend supports dense tensors only, got layout {tensor.layout}"
             )
-        return _C._owning_host_view(tensor)
+        return _C._owning_host_alias(tensor)
 
     def input(self, tensor: torch.Tensor) -> torch.Tensor:
         view = self._view(tensor)

@@ -80,7 +80,7 @@ def host_input(tensor: torch.Tensor, index: int) -> torch.Tensor:
     from torch_neuronx import _C
 
     if tensor.device.type == "neuron":
-        tensor = _C._host_view(tensor)
+        tensor = _C._host_alias(tensor)
     elif tensor.device.type == "cpu":
         if config.dynamo_disable_cpu_autocopy():
             raise RuntimeError(
@@ -172,7 +172,7 @@ def from_jax(value, device: torch.device, dtype: torch.dtype | None) -> torch.Te
 
     bridge = _jaxlib_dlpack()
     host = bridge[1](value) if bridge is not None else torch.from_dlpack(value)
-    tensor = _C._adopt_host(host, device.index or 0)
+    tensor = _C._adopt_external(host, device.index or 0)
     if dtype is not None and tensor.dtype != dtype:
         tensor = tensor.to(dtype)  # float64 results computed in float32 (the fp64 rule)
     return tensor

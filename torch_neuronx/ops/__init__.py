@@ -13,11 +13,13 @@ from torch_neuronx.ops.registry import (
     NATIVE_OPS,
 )
 
-CROSS_DEVICE = 1  # csrc/Eager.h kCrossDevice
-EXACT_FP64 = 2  # csrc/Eager.h kExactFp64
+# The C++ enums (csrc/Eager.h OpFlags, csrc/Runtime.h FallbackMode and
+# Fp64Mode), as the extension exports them: name -> value.
+CROSS_DEVICE = _C._op_flags["cross_device"]
+EXACT_FP64 = _C._op_flags["exact_fp64"]
 
-_FALLBACK_MODES = {"warn": 0, "silent": 1, "error": 2}
-_FP64_MODES = {"emulate": 0, "native": 1}
+_FALLBACK_MODES = dict(_C._fallback_modes)
+_FP64_MODES = dict(_C._fp64_modes)
 
 
 def _base_name(packet: str) -> str:

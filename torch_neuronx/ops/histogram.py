@@ -16,7 +16,7 @@ from torch_neuronx import _C
 
 
 def _counts(self: torch.Tensor, bins: int, min, max) -> torch.Tensor:
-    host = _C._host_view(self)
+    host = _C._host_alias(self)
     if self.dtype.is_floating_point:
         return torch.histc(host, bins, min, max)
     return torch.histc(host.to(torch.float32), bins, min, max).to(self.dtype)

@@ -41,7 +41,7 @@ def _has_ties(x: torch.Tensor, values: torch.Tensor, dim: int) -> bool:
 
 
 def _stable_topk(self: torch.Tensor, k: int, dim: int, largest: bool):
-    host = _C._host_view(self)
+    host = _C._host_alias(self)
     values, indices = torch.topk(host, k, dim, largest)  # its own errors for a bad k or dim
     if host.ndim == 0 or not _has_ties(host, values, dim):
         return values, indices  # no equal values: one right order, the kernel's (the fast path)

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import torch_neuronx
-from torch_neuronx.device import profiles
+from torch_neuronx.neuron import profiles
 
 GiB = 1024**3
 RUNTIME_ENV = (

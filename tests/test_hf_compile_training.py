@@ -97,7 +97,7 @@ def test_moe_training_step_compiles_to_one_graph_and_matches_eager(sweep, dtype)
     through torch._grouped_mm, which the backend lowers; in float32 through its
     own custom op transformers::grouped_mm_fallback, whose backward reads the
     group offsets on the host, which the backend replaces by a compiled
-    equivalent (compiler/library_ops.py). Either way forward and backward are
+    equivalent (compiler/op_replacements.py). Either way forward and backward are
     one graph each. Tolerances: float32 1e-4 on the loss and every gradient;
     bfloat16 3e-2 on the loss and on each gradient relative to its largest entry."""
     errors, metrics = compiled_vs_eager(sweep, "mixtral", autocast=False, dtype=dtype)

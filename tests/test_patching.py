@@ -69,7 +69,7 @@ LIST_PATCHES = """
             pass
     from torch_neuronx import distributed, integrations, patching
     from torch_neuronx.compiler import default_backend
-    from torch_neuronx.device import printing
+    from torch_neuronx.neuron import printing
     before = patching.applied()
     printing.install(); default_backend.install(); distributed._record_device_id()
     print(json.dumps({
@@ -95,7 +95,7 @@ def test_every_listed_patch_is_installed():
     for expected in ("torch._tensor_str._Formatter.__init__", "torch._TorchCompileInductorWrapper.__call__",
                      "torch.distributed.init_process_group",
                      "torch.distributed.distributed_c10d.init_process_group",
-                     "torch_neuronx.device.random.get_rng_state", "torch_neuronx.device.get_rng_state"):
+                     "torch_neuronx.neuron.random.get_rng_state", "torch_neuronx.neuron.get_rng_state"):
         assert expected in targets, targets
     # Every integration applied in this process replaced something listed here.
     patched_by = {p[1] for p in report["patches"]}

@@ -28,15 +28,14 @@ __version__ = "0.1.0"
 
 
 def _register_device() -> None:
-    from torch_neuronx import device as device_module
-    from torch_neuronx import ops
-    from torch_neuronx.device import printing
+    from torch_neuronx import neuron, ops
+    from torch_neuronx.neuron import printing
 
-    # The profile and cores read (once) when torch_neuronx.device was imported.
-    cores = device_module._VISIBLE_CORES
-    _C._configure(len(cores), [device_module._PROFILE.hbm_per_core] * len(cores))
+    # The profile and cores read (once) when torch_neuronx.neuron was imported.
+    cores = neuron._VISIBLE_CORES
+    _C._configure(len(cores), [neuron._PROFILE.hbm_per_core] * len(cores))
     torch.utils.rename_privateuse1_backend("neuron")
-    torch._register_device_module("neuron", device_module)
+    torch._register_device_module("neuron", neuron)
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_storage=True
     )
@@ -53,7 +52,7 @@ if torch._C._get_privateuse1_backend_name() != "neuron":
     _log.configure()
     _register_device()
 
-from torch_neuronx.device import (  # noqa: E402  (public API, torch_neuronx.* mirrors torch.neuron.*)
+from torch_neuronx.neuron import (  # noqa: E402  (public API, torch_neuronx.* mirrors torch.neuron.*)
     Event,
     Stream,
     current_device,
@@ -83,7 +82,7 @@ from torch_neuronx.ops import (  # noqa: E402
 )
 from torch_neuronx import distributed  # noqa: E402, F401  (registers the "neuron" c10d backend)
 from torch_neuronx import integrations  # noqa: E402
-from torch_neuronx.nki_ops import nki_op, wrap_nki  # noqa: E402  (torch_neuronx.nki itself loads on first import)
+from torch_neuronx.custom_op import nki_op, wrap_nki  # noqa: E402  (torch_neuronx.nki itself loads on first import)
 
 integrations.install()  # patches HF libraries' neuron gaps when (if ever) they are imported
 

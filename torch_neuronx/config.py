@@ -157,11 +157,11 @@ DEFAULT_INSTANCE = "trn2.3xlarge"
 INSTANCE = _declare(
     "TORCH_NEURONX_INSTANCE", DEFAULT_INSTANCE, _text, IMPORT,
     "Instance profile of the emulated runtime: number of NeuronCores and HBM per core.",
-    read_at="device/__init__.py (profiles.active_profile), once")
+    read_at="neuron/__init__.py (profiles.active_profile), once")
 VISIBLE_CORES = _declare(
     "NEURON_RT_VISIBLE_CORES", None, _text, IMPORT,
     "Cores of the profile this process uses ('2', '0-1', '0,2-3'); None: all of them.",
-    read_at="device/__init__.py (profiles.visible_cores), once; the distributed error message")
+    read_at="neuron/__init__.py (profiles.visible_cores), once; the distributed error message")
 FALLBACK = _declare(
     "TORCH_NEURONX_FALLBACK", "warn", _verbatim, IMPORT,
     "What an op outside the native op set does: warn, silent or error (checked by ops.set_fallback_mode).",

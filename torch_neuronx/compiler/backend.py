@@ -89,9 +89,9 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
             f"torch.compile(mode={mode!r}) is ignored on neuron: only mode='default' exists."
         )
     _check_inputs(example_inputs)
-    from torch_neuronx.compiler import library_ops
+    from torch_neuronx.compiler import op_replacements
 
-    library_ops.replace_known_custom_ops(gm)  # before AOTAutograd traces their autograd formulas
+    op_replacements.replace_known_custom_ops(gm)  # before AOTAutograd traces their autograd formulas
     options = dict(
         fw_compiler=_compiler("forward"),
         bw_compiler=_compiler("backward"),

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
-
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroupGloo
 
-from torch_neuronx import config
-
-# torch_neuronx.device the module (the package's ``device`` attribute is the context manager).
-neuron_device = importlib.import_module("torch_neuronx.device")
+from torch_neuronx import config, neuron
 
 
 def local_device_index() -> int | None:
@@ -24,7 +19,7 @@ def local_device_index() -> int | None:
     index = config.local_rank()
     if index is None:
         return None
-    count = neuron_device.device_count()
+    count = neuron.device_count()
     local_world = config.local_world_size()
     processes = max(local_world if local_world is not None else index + 1, index + 1)
     if processes > count:
@@ -51,7 +46,7 @@ def bind_device() -> int | None:
     else:
         index = local_device_index()
     if index is not None:
-        neuron_device.set_device(index)
+        neuron.set_device(index)
     return index
 
 

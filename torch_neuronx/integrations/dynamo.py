@@ -32,18 +32,16 @@ _REASON = "it reads or sets a neuron RNG generator, which is no graph op (as tor
 @patches("torch._dynamo")
 def neuron_rng_state_graph_breaks(module: ModuleType) -> None:
     """torch.neuron's RNG state functions run eagerly behind a graph break."""
-    import importlib
-
     import torch
 
-    device = importlib.import_module("torch_neuronx.device")  # the module, not the class
-    random = importlib.import_module("torch_neuronx.device.random")
+    from torch_neuronx import neuron
+    from torch_neuronx.neuron import random
 
     def build(original):
         return torch.compiler.disable(original, reason=_REASON)
 
-    # torch.neuron (torch_neuronx.device) re-exports them: both names are replaced.
+    # torch.neuron (torch_neuronx.neuron) re-exports them: both names are replaced.
     for name in random.STATE_FUNCTIONS:
-        for owner in (random, device):
+        for owner in (random, neuron):
             patch_once(owner, name, build,
                        why="Dynamo graph-breaks on torch.neuron's RNG state functions, as on torch.cuda's")

@@ -13,7 +13,7 @@ import types
 import numpy as np
 
 from . import dtypes as _dt
-from . import ops as _ops
+from . import elementwise as _ops
 from .errors import NKIError
 from .runtime import PMAX, current
 from .tensor import NkiTensor, box

@@ -14,7 +14,7 @@ import types
 import numpy as np
 
 from . import isa as _isa
-from . import ops as _ops
+from . import elementwise as _ops
 from .dtypes import (bfloat16, bool_, float8_e4m3, float8_e5m2, float16, float32, int8, int16,
                      int32, tfloat32, uint8, uint16, uint32)
 from . import dtypes as _dt

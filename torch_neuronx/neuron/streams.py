@@ -12,7 +12,7 @@ import torch
 
 
 def _neuron(device: Any) -> torch.device:
-    from torch_neuronx.device import _get_device_index
+    from torch_neuronx.neuron import _get_device_index
 
     return torch.device("neuron", _get_device_index(device))
 

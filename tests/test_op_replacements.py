@@ -1,5 +1,5 @@
 """Custom ops of other libraries that the neuron backend replaces by compiled
-equivalents (torch_neuronx/compiler/library_ops.py): transformers'
+equivalents (torch_neuronx/compiler/op_replacements.py): transformers'
 grouped_mm_fallback, which its MoE layers call under torch.compile when the
 expert weights are not bfloat16."""
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import torch_neuronx  # noqa: F401
-from torch_neuronx.compiler import get_dynamo_metrics, library_ops, reset_dynamo_metrics
+from torch_neuronx.compiler import get_dynamo_metrics, op_replacements, reset_dynamo_metrics
 
 moe = pytest.importorskip("transformers.integrations.moe")
 
@@ -35,7 +35,7 @@ def test_masked_grouped_mm_matches_transformers_fallback_forward_and_backward():
     torch.mm (an empty group, rows past the last offset): forward and both
     gradients within 1e-6."""
     want = _forward_backward(torch.ops.transformers.grouped_mm_fallback, *_operands("cpu"))
-    got = _forward_backward(library_ops.REPLACEMENTS["transformers::grouped_mm_fallback"], *_operands("cpu"))
+    got = _forward_backward(op_replacements.REPLACEMENTS["transformers::grouped_mm_fallback"], *_operands("cpu"))
     for name, a, b in zip(("output", "grad input", "grad weight"), got, want):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6, msg=f"{name} differs")
     assert got[0][9:].abs().max() == 0  # rows past offs[-1]

@@ -14,8 +14,8 @@ from typing import Any
 import torch
 
 from torch_neuronx import _C
-from torch_neuronx.device import profiles
-from torch_neuronx.device.memory import (
+from torch_neuronx.neuron import profiles
+from torch_neuronx.neuron.memory import (
     empty_cache,
     max_memory_allocated,
     max_memory_reserved,
@@ -29,7 +29,7 @@ from torch_neuronx.device.memory import (
     reset_max_memory_allocated,
     reset_peak_memory_stats,
 )
-from torch_neuronx.device.random import (
+from torch_neuronx.neuron.random import (
     default_generators,
     get_rng_state,
     get_rng_state_all,
@@ -41,7 +41,7 @@ from torch_neuronx.device.random import (
     set_rng_state,
     set_rng_state_all,
 )
-from torch_neuronx.device.streams import (
+from torch_neuronx.neuron.streams import (
     Event,
     Stream,
     StreamContext,

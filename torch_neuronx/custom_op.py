@@ -1,4 +1,6 @@
-"""NKI kernels as PyTorch operators: ``torch_neuronx.nki_op`` and ``torch_neuronx.wrap_nki``.
+"""Python functions (that call NKI kernels) as PyTorch custom operators:
+``torch_neuronx.nki_op`` and ``torch_neuronx.wrap_nki``. Nothing here imports
+the NKI package; this module is about torch.library, signatures and caching.
 
 ``nki_op("ns::name", mutates_args=...)`` turns a Python function that allocates
 outputs and calls ``@nki.jit`` kernels into a ``torch.library`` custom op, so

@@ -16,7 +16,7 @@ from torch_neuronx import _C
 
 
 def _index(device: Any) -> int:
-    from torch_neuronx.device import _get_device_index
+    from torch_neuronx.neuron import _get_device_index
 
     return _get_device_index(device)
 

@@ -46,11 +46,24 @@ def _register_device() -> None:
     atexit.register(_C._drain_autograd_workers)
 
 
+def _configuration_error(error: ValueError) -> None:
+    """An invalid variable read at import (TORCH_NEURONX_INSTANCE, ...) fails the
+    import with a ValueError naming it; the torch-neuronx command, whose code runs
+    only after this import, exits with that one line instead of a traceback."""
+    from torch_neuronx import cli
+
+    cli.exit_if_command(error)
+
+
 if torch._C._get_privateuse1_backend_name() != "neuron":
     from torch_neuronx import log as _log
 
-    _log.configure()
-    _register_device()
+    try:
+        _log.configure()
+        _register_device()
+    except ValueError as error:
+        _configuration_error(error)
+        raise
 
 from torch_neuronx.neuron import (  # noqa: E402  (public API, torch_neuronx.* mirrors torch.neuron.*)
     Event,
@@ -84,7 +97,11 @@ from torch_neuronx import distributed  # noqa: E402, F401  (registers the "neuro
 from torch_neuronx import integrations  # noqa: E402
 from torch_neuronx.custom_op import nki_op, wrap_nki  # noqa: E402  (torch_neuronx.nki itself loads on first import)
 
-integrations.install()  # patches HF libraries' neuron gaps when (if ever) they are imported
+try:
+    integrations.install()  # patches HF libraries' neuron gaps when (if ever) they are imported
+except ValueError as error:  # TORCH_NEURONX_DISABLE_INTEGRATIONS
+    _configuration_error(error)
+    raise
 
 from torch_neuronx.compiler import default_backend  # noqa: E402
 

@@ -199,8 +199,9 @@ def _read(path: pathlib.Path) -> bytes | None:
     return payload
 
 
-def _entries(folder: pathlib.Path) -> list[tuple[float, int, pathlib.Path]]:
-    """(mtime, size, path) of each entry; stale temporary files are removed."""
+def _entries(folder: pathlib.Path, remove_stale: bool = True) -> list[tuple[float, int, pathlib.Path]]:
+    """(mtime, size, path) of each entry; stale temporary files are removed
+    (unless remove_stale is False: a read-only look)."""
     found = []
     now = time.time()
     try:
@@ -213,11 +214,24 @@ def _entries(folder: pathlib.Path) -> list[tuple[float, int, pathlib.Path]]:
         except OSError:
             continue  # removed by another process
         if item.name.startswith(".tmp-"):
-            if now - info.st_mtime > _STALE_TEMP_SECONDS:
+            if remove_stale and now - info.st_mtime > _STALE_TEMP_SECONDS:
                 _remove(pathlib.Path(item.path))
         elif item.name.endswith(_ENTRY_SUFFIXES) and item.is_file():
             found.append((info.st_mtime, info.st_size, pathlib.Path(item.path)))
     return found
+
+
+def stats() -> dict:
+    """What the cache in force holds, without changing it: ``directory`` (None
+    when the disk cache is disabled), ``entries`` and ``size_bytes`` (complete
+    entries only: executables and AOTAutograd results; temporary files of
+    writers are not counted; 0 for a directory not created yet), ``max_size_bytes``."""
+    folder = cache_dir()
+    if folder is None:
+        return {"directory": None, "entries": 0, "size_bytes": 0, "max_size_bytes": max_size()}
+    entries = _entries(pathlib.Path(folder), remove_stale=False)
+    return {"directory": folder, "entries": len(entries),
+            "size_bytes": sum(size for _, size, _ in entries), "max_size_bytes": max_size()}
 
 
 def evict(keep: pathlib.Path | None = None) -> int:

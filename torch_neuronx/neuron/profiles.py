@@ -28,12 +28,35 @@ class InstanceProfile:
     def num_cores(self) -> int:
         return self.chips * self.logical_cores_per_chip
 
+    @property
+    def lnc(self) -> int:
+        """Physical cores per logical core: the platform's default LNC (setting
+        it through NEURON_LOGICAL_NC_CONFIG is issue #17)."""
+        return DEFAULT_LNC[self.platform]
+
+    @property
+    def physical_cores(self) -> int:
+        return self.num_cores * self.lnc
+
+    @property
+    def hbm_total(self) -> int:
+        return self.num_cores * self.hbm_per_core
+
+    @property
+    def fp8(self) -> bool:
+        """FP8 compute (aten::_scaled_mm, MXFP8) is documented for Trainium3 only (REFERENCE.md §6)."""
+        return self.platform == "trn3"
+
 
 def _profile(name, platform, generation, chips, cores_per_chip, hbm_per_chip_gib):
     return InstanceProfile(
         name, platform, generation, chips, cores_per_chip, hbm_per_chip_gib * GiB // cores_per_chip
     )
 
+
+# Logical NeuronCore config: trn2/trn3 pair two physical cores into one logical
+# device by default; trn1 has no LNC (one physical core per logical core).
+DEFAULT_LNC = {"trn1": 1, "trn2": 2, "trn3": 2}
 
 # trn2/trn3 default to LNC=2: two physical cores form one logical device, so a
 # chip of 8 physical cores shows 4 logical ones. trn1 has no LNC (2 cores/chip).

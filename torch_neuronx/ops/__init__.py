@@ -128,6 +128,12 @@ def get_fallback_mode() -> str:
     return next(name for name, value in _FALLBACK_MODES.items() if value == code)
 
 
+def get_fp64_mode() -> str:
+    """'emulate' (float64 computed in float32, as on Trainium) or 'native'."""
+    code = _C._get_fp64_mode()
+    return next(name for name, value in _FP64_MODES.items() if value == code)
+
+
 def get_fallback_ops() -> dict[str, int]:
     """Ops that ran through the CPU fallback since the last clear, with call counts."""
     return dict(_C._fallback_ops())

@@ -3,6 +3,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -86,6 +87,7 @@ struct DeviceMemory {
   std::unordered_set<Block*> all_blocks;      // every segment we own
   DeviceStats stats;
   size_t reserved = 0;
+  int64_t window_peak = 0;  // see NeuronAllocator::takeWindowPeak
 
   // Takes a cached block that fits `size` without wasting more than a
   // quarter of it (small blocks must match their size class exactly).
@@ -303,6 +305,8 @@ c10::DataPtr NeuronAllocator::allocateOn(c10::DeviceIndex device, size_t nbytes)
   updateStat(memory.stats.requested_bytes, block->small, static_cast<int64_t>(nbytes));
   updateStat(memory.stats.allocation, block->small, 1);
   updateStat(memory.stats.active, block->small, 1);
+  memory.window_peak = std::max(
+      memory.window_peak, memory.stats.allocated_bytes[static_cast<size_t>(StatType::AGGREGATE)].current);
   return c10::DataPtr(block->ptr, block->ptr, &freeBlock, where);
 }
 
@@ -329,6 +333,20 @@ void NeuronAllocator::emptyCache(c10::MempoolId_t /*mempool_id*/) {
 void NeuronAllocator::recordStream(const c10::DataPtr& /*ptr*/, c10::Stream /*stream*/) {
   // Execution is synchronous: by the time a block is freed, every stream that
   // used it has finished, so there is nothing to wait for.
+}
+
+int64_t NeuronAllocator::allocatedBytes(c10::DeviceIndex device) {
+  auto& memory = memoryOf(device);
+  std::lock_guard<std::mutex> lock(memory.mutex);
+  return memory.stats.allocated_bytes[static_cast<size_t>(StatType::AGGREGATE)].current;
+}
+
+int64_t NeuronAllocator::takeWindowPeak(c10::DeviceIndex device) {
+  auto& memory = memoryOf(device);
+  std::lock_guard<std::mutex> lock(memory.mutex);
+  const int64_t peak = memory.window_peak;
+  memory.window_peak = memory.stats.allocated_bytes[static_cast<size_t>(StatType::AGGREGATE)].current;
+  return peak;
 }
 
 c10::CachingDeviceAllocator::DeviceStats NeuronAllocator::getDeviceStats(

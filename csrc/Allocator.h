@@ -41,6 +41,13 @@ class NeuronAllocator final : public c10::DeviceAllocator {
   void resetPeakStats(c10::DeviceIndex device) override;
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override;
 
+  // Bytes currently allocated on `device` (the allocated_bytes.all.current stat).
+  int64_t allocatedBytes(c10::DeviceIndex device);
+  // The most bytes allocated on `device` at any moment since the previous
+  // call (or since start), then starts a new window. The audit reads it at
+  // each step, without touching the peak stats a user may read and reset.
+  int64_t takeWindowPeak(c10::DeviceIndex device);
+
   // True when the DataPtr's memory belongs to this allocator.
   static bool owns(const c10::DataPtr& ptr);
   std::vector<BlockInfo> snapshot();

@@ -621,6 +621,7 @@ void nativeKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   const auto& schema = op.schema();
   const size_t num_arguments = schema.arguments().size();
   c10::IValue* args = stackArguments(stack, num_arguments);
+  RecordedCall record(op, args, num_arguments, CallPath::Native);
 
   HostArguments inputs(meta);
   inputs.unwrap(args, schema.arguments());
@@ -669,6 +670,8 @@ void fallbackKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpMeta& meta = metaFor(op);
   meta.executed->fetch_add(1, std::memory_order_relaxed);
   meta.fallback->fetch_add(1, std::memory_order_relaxed);
+  const size_t num_arguments = op.schema().arguments().size();
+  RecordedCall record(op, stackArguments(stack, num_arguments), num_arguments, CallPath::Fallback);
   enforceFallbackPolicy(meta);
   lazyInit();
   at::native::cpu_fallback(op, stack, /*error_on_views=*/false);

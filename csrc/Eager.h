@@ -36,6 +36,9 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include "Recorder.h"
+
+#include <array>
 #include <atomic>
 #include <map>
 #include <string>
@@ -95,9 +98,23 @@ class DirectOp {
     library.impl(schema_, std::forward<Kernel>(kernel));
   }
 
-  // One call of the op on the device.
+  // One call of the op on the device, counted; for fast paths that are not
+  // taken while the audit records (csrc/FastOps.cpp).
   void count() const {
     counter_->fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // One call of the op on the device: counted, and recorded for the audit
+  // until the returned object goes out of scope. The arguments are boxed only
+  // while recording.
+  template <class... Args>
+  [[nodiscard]] RecordedCall enter(const Args&... args) const {
+    counter_->fetch_add(1, std::memory_order_relaxed);
+    if (!recording()) {
+      return RecordedCall();
+    }
+    std::array<c10::IValue, sizeof...(Args)> boxed{c10::IValue(args)...};
+    return RecordedCall(*handle_, boxed.data(), boxed.size(), CallPath::Direct);
   }
 
   // The dispatcher's handle, for calls that take the generic alias path.

@@ -20,8 +20,9 @@ namespace {
 
 // The core `self` lives on, or -1 when the call needs the generic path.
 // `other` may be on the same core or a CPU scalar (a wrapped Python number).
+// While the audit records, every call takes the generic path, which records it.
 c10::DeviceIndex sameCore(const at::Tensor& self, const at::Tensor& other) {
-  if (self.device().type() != kNeuron || needsFp64Emulation(self)) {
+  if (self.device().type() != kNeuron || needsFp64Emulation(self) || recording()) {
     return -1;
   }
   if (other.device() == self.device()) {

@@ -52,7 +52,7 @@ at::Tensor empty(
     c10::IntArrayRef size, std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
     std::optional<c10::Device> device, std::optional<bool> pin_memory,
     std::optional<c10::MemoryFormat> memory_format) {
-  kEmpty.count();
+  auto call = kEmpty.enter(size, dtype, layout, device, pin_memory, memory_format);
   TORCH_CHECK(
       !layout.has_value() || *layout == c10::Layout::Strided,
       "The neuron device supports only strided (dense) tensors, got layout ", *layout);
@@ -65,7 +65,7 @@ at::Tensor emptyStrided(
     c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
     std::optional<c10::Layout> layout, std::optional<c10::Device> device,
     std::optional<bool> pin_memory) {
-  kEmptyStrided.count();
+  auto call = kEmptyStrided.enter(size, stride, dtype, layout, device, pin_memory);
   TORCH_CHECK(
       !layout.has_value() || *layout == c10::Layout::Strided,
       "The neuron device supports only strided (dense) tensors, got layout ", *layout);
@@ -76,15 +76,15 @@ at::Tensor emptyStrided(
 
 // Host <-> device and device <-> device copies: both sides are host memory,
 // so a copy is PyTorch's CPU copy kernel over the two aliases.
-at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
-  kCopyFrom.count();
+at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  auto call = kCopyFrom.enter(self, dst, non_blocking);
   lazyInit();
   hostOperand(dst).copy_(hostOperand(self));
   return dst;
 }
 
 at::Tensor copyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
-  kCopyFromAndResize.count();
+  auto call = kCopyFromAndResize.enter(self, dst);
   if (!dst.sizes().equals(self.sizes())) {
     dst.resize_(self.sizes());
   }
@@ -93,7 +93,7 @@ at::Tensor copyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
 
 const at::Tensor& resize(
     const at::Tensor& self, c10::IntArrayRef size, std::optional<c10::MemoryFormat> memory_format) {
-  kResize.count();
+  auto call = kResize.enter(self, size, memory_format);
   c10::DeviceGuard guard(self.device());
   auto* impl = self.unsafeGetTensorImpl();
   at::native::resize_impl_cpu_(impl, size, std::nullopt);
@@ -104,31 +104,31 @@ const at::Tensor& resize(
 }
 
 at::Scalar localScalarDense(const at::Tensor& self) {
-  kLocalScalarDense.count();
+  auto call = kLocalScalarDense.enter(self);
   return at::_local_scalar_dense(hostAlias(self));
 }
 
 at::Tensor& setStorage(
     at::Tensor& self, c10::Storage source, int64_t offset, c10::IntArrayRef size,
     c10::IntArrayRef stride) {
-  kSetStorage.count();
+  auto call = kSetStorage.enter(self, source, offset, size, stride);
   return at::native::set_storage_cpu_(self, source, offset, size, stride);
 }
 
 at::Tensor& setStorageWhole(at::Tensor& self, c10::Storage source) {
-  kSetStorageWhole.count();
+  auto call = kSetStorageWhole.enter(self, source);
   const auto itemsize = self.dtype().itemsize();
   const int64_t numel = static_cast<int64_t>(source.nbytes() / itemsize);
   return at::native::set_storage_cpu_(self, std::move(source), 0, {numel}, {});
 }
 
 at::Tensor& setTensor(at::Tensor& self, const at::Tensor& source) {
-  kSetTensor.count();
+  auto call = kSetTensor.enter(self, source);
   return at::native::set_tensor_(self, source);
 }
 
 at::Tensor& setEmpty(at::Tensor& self) {
-  kSetEmpty.count();
+  auto call = kSetEmpty.enter(self);
   c10::Storage storage(
       c10::Storage::use_byte_size_t(), 0, &neuronAllocator(), /*resizable=*/true);
   return at::native::set_storage_cpu_(self, storage, 0, {0}, {});
@@ -143,7 +143,7 @@ at::Tensor convolution(
     const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
     c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
     c10::IntArrayRef output_padding, int64_t groups) {
-  kConvolution.count();
+  auto call = kConvolution.enter(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups);
   const auto device = input.device().index();
   CaptureScope capture(device);
   std::optional<at::Tensor> host_bias;
@@ -160,7 +160,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolutionBackward(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
     c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
     c10::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> output_mask) {
-  kConvolutionBackward.count();
+  auto call = kConvolutionBackward.enter(grad_output, input, weight, stride, padding, dilation, transposed, output_padding, groups, output_mask);
   const auto device = input.device().index();
   CaptureScope capture(device);
   const int64_t bias_size = transposed ? weight.size(1) * groups : weight.size(0);
@@ -178,7 +178,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolutionBackward(
 // would draw from the CPU's default generator).
 std::tuple<at::Tensor, at::Tensor> nativeDropout(
     const at::Tensor& input, double p, std::optional<bool> train) {
-  kNativeDropout.count();
+  auto call = kNativeDropout.enter(input, p, train);
   if (train.has_value() && !*train) {
     return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
   }

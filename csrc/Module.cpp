@@ -3,6 +3,7 @@
 #include "Allocator.h"
 #include "Eager.h"
 #include "Generator.h"
+#include "Recorder.h"
 #include "Runtime.h"
 
 #include <torch/csrc/Generator.h>
@@ -39,6 +40,87 @@ py::dict enumValues(std::initializer_list<std::pair<const char*, Enum>> entries)
     values[name] = static_cast<int>(value);
   }
   return values;
+}
+
+// ------------------------------------------------------------ the audit's recorder
+
+py::object toPython(const tn::ArgDescription& arg) {
+  using Kind = tn::ArgDescription::Kind;
+  switch (arg.kind) {
+    case Kind::Tensor: {
+      py::dict tensor;
+      tensor["dtype"] = arg.text;
+      tensor["shape"] = arg.sizes;
+      tensor["device"] = arg.device;
+      return std::move(tensor);
+    }
+    case Kind::List: {
+      py::list items;
+      for (const auto& item : arg.items) {
+        items.append(toPython(item));
+      }
+      return std::move(items);
+    }
+    case Kind::Int:
+      return py::int_(arg.integer);
+    case Kind::Bool:
+      return py::bool_(arg.integer != 0);
+    case Kind::Double:
+      return py::float_(arg.real);
+    case Kind::String:
+      return py::str(arg.text);
+    case Kind::Other: {
+      py::dict other;
+      other["type"] = arg.text;
+      return std::move(other);
+    }
+    case Kind::None:
+      break;
+  }
+  return py::none();
+}
+
+const char* pathName(tn::CallPath path) {
+  switch (path) {
+    case tn::CallPath::Native:
+      return "native";
+    case tn::CallPath::Fallback:
+      return "fallback";
+    case tn::CallPath::Direct:
+      return "direct";
+  }
+  return "native";
+}
+
+// on_signature(id, op, path, args, allocated) -> bool; on_call(id). A Python
+// error in either is reported as unraisable and ignored: the audit must not
+// break the program it watches.
+void startAudit(py::function on_signature, py::function on_call) {
+  auto signature = std::make_shared<py::function>(std::move(on_signature));
+  auto call = std::make_shared<py::function>(std::move(on_call));
+  tn::startRecording(
+      [signature](const tn::SignatureInfo& info) {
+        py::gil_scoped_acquire gil;
+        try {
+          py::list args;
+          for (const auto& arg : info.args) {
+            args.append(toPython(arg));
+          }
+          return (*signature)(info.id, info.op, pathName(info.path), args, info.allocated)
+              .cast<bool>();
+        } catch (py::error_already_set& error) {
+          error.discard_as_unraisable("torch_neuronx audit: on_signature");
+          return false;
+        }
+      },
+      [call](int64_t id) {
+        py::gil_scoped_acquire gil;
+        try {
+          (*call)(id);
+        } catch (py::error_already_set& error) {
+          error.discard_as_unraisable("torch_neuronx audit: on_call");
+        }
+      });
 }
 
 } // namespace
@@ -86,6 +168,21 @@ PYBIND11_MODULE(_C, m) {
   m.def("_executed_ops", &tn::executedOps);
   m.def("_fallback_ops", &tn::fallbackOps);
   m.def("_clear_op_tracking", &tn::clearOpTracking);
+
+  // The audit's recorder (csrc/Recorder.h, torch_neuronx/audit/recorder.py).
+  m.def("_audit_start", &startAudit, py::arg("on_signature"), py::arg("on_call"));
+  m.def("_audit_stop", &tn::stopRecording);
+  m.def("_audit_signatures", [] {
+    std::vector<std::tuple<int64_t, int64_t, int64_t>> rows;
+    for (const auto& totals : tn::recordedSignatures()) {
+      rows.emplace_back(totals.id, totals.calls, totals.host_ns);
+    }
+    return rows;
+  }, "(id, calls, host nanoseconds) of every signature recorded so far.");
+  m.def("_audit_calls", &tn::recordedCalls);
+  m.def("_audit_take_window_peak", [](int device) {
+    return tn::neuronAllocator().takeWindowPeak(static_cast<c10::DeviceIndex>(device));
+  });
 
   m.def("_memory_snapshot", &memorySnapshot);
   // Host memory, in the vocabulary of csrc/Eager.h.

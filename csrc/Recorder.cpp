@@ -1,0 +1,263 @@
+#include "Recorder.h"
+#include "Allocator.h"
+#include "Runtime.h"
+
+#include <c10/core/DeviceGuard.h>
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+namespace torch_neuronx {
+
+namespace detail {
+std::atomic<bool> g_recording{false};
+}
+
+struct SignatureEntry {
+  int64_t id;
+  std::atomic<int64_t> calls{0};
+  std::atomic<int64_t> host_ns{0};
+  std::atomic<bool> watched{false};  // every call is reported (set after the first call)
+};
+
+namespace {
+
+struct Table {
+  std::mutex mutex;
+  std::unordered_map<std::string, std::unique_ptr<SignatureEntry>> entries;
+  std::vector<SignatureEntry*> by_id;
+  std::atomic<int64_t> calls{0};
+  std::function<bool(const SignatureInfo&)> on_signature;
+  std::function<void(int64_t)> on_call;
+};
+
+Table& table() {
+  static auto* t = new Table();  // leaked: calls may arrive during static destruction
+  return *t;
+}
+
+thread_local bool t_in_callback = false;
+thread_local int t_depth = 0;  // recorded calls in progress on this thread
+
+// ------------------------------------------------------------- signature key
+// A compact byte string: the op, then each argument's kind and what the device
+// compiles for (dtype, device and shape of tensors; values of integers and
+// booleans). Floating-point values are left out: a learning rate that changes
+// every step does not make a new kernel.
+
+template <class T>
+void put(std::string& key, T value) {
+  key.append(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+void putTensor(std::string& key, const at::Tensor& tensor) {
+  if (!tensor.defined()) {
+    key.push_back('u');
+    return;
+  }
+  key.push_back('T');
+  put(key, static_cast<int8_t>(tensor.scalar_type()));
+  put(key, static_cast<int8_t>(tensor.device().type()));
+  put(key, static_cast<int8_t>(tensor.dim()));
+  for (auto size : tensor.sizes()) {
+    put(key, size);
+  }
+}
+
+void putValue(std::string& key, const c10::IValue& value) {
+  if (value.isTensor()) {
+    putTensor(key, value.toTensor());
+  } else if (value.isNone()) {
+    key.push_back('n');
+  } else if (value.isInt()) {
+    key.push_back('i');
+    put(key, value.toInt());
+  } else if (value.isBool()) {
+    key.push_back(value.toBool() ? 'B' : 'b');
+  } else if (value.isDouble()) {
+    key.push_back('d');
+  } else if (value.isIntList()) {
+    key.push_back('I');
+    for (auto item : value.toIntVector()) {
+      put(key, item);
+    }
+    key.push_back(';');
+  } else if (value.isList()) {
+    key.push_back('L');
+    for (const auto& item : value.toListRef()) {
+      putValue(key, item);
+    }
+    key.push_back(';');
+  } else if (value.isString()) {
+    key.push_back('s');
+    key.append(value.toStringRef());
+    key.push_back(';');
+  } else if (value.isDevice()) {
+    key.push_back('D');
+    put(key, static_cast<int8_t>(value.toDevice().type()));
+  } else {
+    key.push_back('o');
+    put(key, static_cast<int8_t>(value.tagKind().size()));  // cheap and stable per type
+    key.append(value.tagKind());
+  }
+}
+
+// ------------------------------------------------------ description (Python)
+
+ArgDescription describe(const c10::IValue& value) {
+  ArgDescription d;
+  using Kind = ArgDescription::Kind;
+  if (value.isTensor()) {
+    const auto& tensor = value.toTensor();
+    if (tensor.defined()) {
+      d.kind = Kind::Tensor;
+      d.text = c10::getDtypeNames(tensor.scalar_type()).first;  // "float32", as torch prints it
+      d.sizes = tensor.sizes().vec();
+      d.device = tensor.device().str();
+    }
+  } else if (value.isInt()) {
+    d.kind = Kind::Int;
+    d.integer = value.toInt();
+  } else if (value.isBool()) {
+    d.kind = Kind::Bool;
+    d.integer = value.toBool();
+  } else if (value.isDouble()) {
+    d.kind = Kind::Double;
+    d.real = value.toDouble();
+  } else if (value.isList()) {
+    d.kind = Kind::List;
+    for (const auto& item : value.toListRef()) {
+      d.items.push_back(describe(item));
+    }
+  } else if (value.isString()) {
+    d.kind = Kind::String;
+    d.text = value.toStringRef();
+  } else if (value.isDevice()) {
+    d.kind = Kind::String;
+    d.text = value.toDevice().str();
+  } else if (!value.isNone()) {
+    d.kind = Kind::Other;
+    d.text = value.tagKind();
+  }
+  return d;
+}
+
+c10::DeviceIndex callDevice(const c10::IValue* args, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    if (args[i].isTensor()) {
+      const auto& tensor = args[i].toTensor();
+      if (tensor.defined() && tensor.device().type() == kNeuron) {
+        return tensor.device().index();
+      }
+    }
+  }
+  return currentDevice();
+}
+
+} // namespace
+
+// -------------------------------------------------------------- RecordedCall
+
+RecordedCall::RecordedCall(const c10::OperatorHandle& op, const c10::IValue* args, size_t count,
+                           CallPath path) {
+  if (!recording() || t_in_callback || t_depth > 0) {
+    return;
+  }
+  ++t_depth;
+  std::string key;
+  key.reserve(96);
+  put(key, static_cast<const void*>(&op.schema()));
+  key.push_back(static_cast<char>(path));
+  for (size_t i = 0; i < count; ++i) {
+    putValue(key, args[i]);
+  }
+  auto& t = table();
+  std::unique_ptr<SignatureInfo> info;
+  {
+    std::lock_guard<std::mutex> lock(t.mutex);
+    auto& slot = t.entries[key];
+    if (!slot) {
+      slot = std::make_unique<SignatureEntry>();
+      slot->id = static_cast<int64_t>(t.by_id.size());
+      t.by_id.push_back(slot.get());
+      first_ = true;
+    }
+    entry_ = slot.get();
+  }
+  if (first_) {
+    info_ = std::make_unique<SignatureInfo>();
+    info_->id = entry_->id;
+    info_->op = c10::toString(op.operator_name());
+    info_->path = path;
+    for (size_t i = 0; i < count; ++i) {
+      info_->args.push_back(describe(args[i]));
+    }
+  }
+  device_ = callDevice(args, count);
+  allocated_before_ = device_ >= 0 ? neuronAllocator().allocatedBytes(device_) : 0;
+  start_ = std::chrono::steady_clock::now();
+}
+
+RecordedCall::~RecordedCall() {
+  if (entry_ == nullptr) {
+    return;
+  }
+  --t_depth;
+  const auto elapsed = std::chrono::steady_clock::now() - start_;
+  entry_->host_ns.fetch_add(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count(), std::memory_order_relaxed);
+  entry_->calls.fetch_add(1, std::memory_order_relaxed);
+  auto& t = table();
+  t.calls.fetch_add(1, std::memory_order_relaxed);
+  if (!recording()) {
+    return;  // stopped while the call ran: its callbacks may be gone
+  }
+  t_in_callback = true;
+  try {
+    if (info_) {
+      info_->allocated =
+          (device_ >= 0 ? neuronAllocator().allocatedBytes(device_) : 0) - allocated_before_;
+      entry_->watched = t.on_signature(*info_);
+    } else if (entry_->watched) {
+      t.on_call(entry_->id);
+    }
+  } catch (...) {
+    // The audit must never break the user's program: a failing callback costs
+    // its record, nothing else. (The Python side reports its own errors.)
+  }
+  t_in_callback = false;
+}
+
+void startRecording(std::function<bool(const SignatureInfo&)> onSignature,
+                    std::function<void(int64_t)> onCall) {
+  auto& t = table();
+  {
+    std::lock_guard<std::mutex> lock(t.mutex);
+    t.on_signature = std::move(onSignature);
+    t.on_call = std::move(onCall);
+  }
+  detail::g_recording.store(true);
+}
+
+void stopRecording() {
+  detail::g_recording.store(false);
+}
+
+std::vector<SignatureTotals> recordedSignatures() {
+  auto& t = table();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  std::vector<SignatureTotals> result;
+  result.reserve(t.by_id.size());
+  for (const auto* entry : t.by_id) {
+    result.push_back({entry->id, entry->calls.load(), entry->host_ns.load()});
+  }
+  return result;
+}
+
+int64_t recordedCalls() {
+  return table().calls.load();
+}
+
+} // namespace torch_neuronx

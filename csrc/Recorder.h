@@ -1,0 +1,100 @@
+// Recording of device calls for `torch-neuronx audit` (torch_neuronx/audit/).
+//
+// Off unless the audit switches it on: then every op call that reaches the
+// device (native, CPU fallback or direct kernel) is timed and counted under
+// its signature (op, tensor dtypes and shapes, integer and boolean arguments:
+// what the real device compiles a kernel for). The first call of each
+// signature is reported to a Python callback, which decides whether every
+// later call of it is reported too (fallbacks, host syncs, float64: the calls
+// whose source line the audit shows). When off, the cost on the eager path is
+// one relaxed atomic load per call.
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace torch_neuronx {
+
+namespace detail {
+extern std::atomic<bool> g_recording;
+}
+
+inline bool recording() {
+  return detail::g_recording.load(std::memory_order_relaxed);
+}
+
+// How a call ran: the generic alias path, the CPU fallback (copies to the host
+// and back), or a direct kernel (csrc/Kernels.cpp, csrc/FastOps.cpp).
+enum class CallPath : uint8_t { Native = 0, Fallback = 1, Direct = 2 };
+
+struct SignatureEntry;
+
+// An argument as the Python callback sees it (built for a signature's first
+// call only).
+struct ArgDescription {
+  enum class Kind : uint8_t { None, Tensor, List, Int, Double, Bool, String, Other } kind = Kind::None;
+  std::string text;             // Tensor: dtype; String: the string; Other: the IValue's type
+  std::vector<int64_t> sizes;   // Tensor: shape
+  std::string device;           // Tensor: "neuron:0", "cpu", ...
+  int64_t integer = 0;          // Int, Bool
+  double real = 0.0;            // Double
+  std::vector<ArgDescription> items;  // List
+};
+
+// What the callbacks are told about a signature's first call.
+struct SignatureInfo {
+  int64_t id;
+  std::string op;       // "aten::add.Tensor"
+  CallPath path;
+  std::vector<ArgDescription> args;
+  int64_t allocated;    // bytes the call added to the device's allocated memory (net)
+};
+
+// Switches recording on with two callbacks: `onSignature` for each new
+// signature (returns true to have every later call of it reported) and
+// `onCall(id)` for each later call of a signature it asked for. Both run on the
+// calling thread; calls made from inside them are not recorded.
+void startRecording(std::function<bool(const SignatureInfo&)> onSignature,
+                    std::function<void(int64_t)> onCall);
+void stopRecording();
+
+struct SignatureTotals {
+  int64_t id;
+  int64_t calls;
+  int64_t host_ns;
+};
+std::vector<SignatureTotals> recordedSignatures();
+int64_t recordedCalls();
+
+// One recorded call. Constructed before the kernel runs (the arguments are
+// read then: kernels consume the stack), finished when it returns. Does
+// nothing when recording is off.
+//
+// Only the outermost device call of a thread is recorded: the calls a kernel
+// makes itself (the CPU fallback's copies, dropout's mask) are part of its
+// cost, as the real device runs them as one kernel.
+class RecordedCall {
+ public:
+  RecordedCall() = default;  // records nothing
+  RecordedCall(const c10::OperatorHandle& op, const c10::IValue* args, size_t count, CallPath path);
+  ~RecordedCall();
+  RecordedCall(const RecordedCall&) = delete;
+  RecordedCall& operator=(const RecordedCall&) = delete;
+
+ private:
+  SignatureEntry* entry_ = nullptr;
+  bool first_ = false;
+  std::unique_ptr<SignatureInfo> info_;  // the first call's description
+  c10::DeviceIndex device_ = -1;
+  int64_t allocated_before_ = 0;
+  std::chrono::steady_clock::time_point start_;
+};
+
+} // namespace torch_neuronx

@@ -10,4 +10,4 @@ command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 .venv/bin/python -m pip install -q --upgrade "setuptools>=69" wheel ninja==1.13.2
 # torch first: the extension builds against it without build isolation.
 .venv/bin/python -m pip install -q torch==2.13.0
-.venv/bin/python -m pip install -q --no-build-isolation -e ".[test,hf]"
+.venv/bin/python -m pip install -q --no-build-isolation -e ".[test,hf,audit]"

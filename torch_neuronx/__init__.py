@@ -107,6 +107,10 @@ from torch_neuronx.compiler import default_backend  # noqa: E402
 
 default_backend.install()  # torch.compile(model) (Inductor, the default) on neuron tensors -> "neuron"
 
+from torch_neuronx.audit import recorder as _audit_recorder  # noqa: E402
+
+_audit_recorder.start_from_env()  # only under `torch-neuronx audit` (TORCH_NEURONX_AUDIT_DIR)
+
 
 def get_dynamo_metrics() -> dict:
     """torch.compile(backend="neuron") counters: compiles, cache hits, graph breaks, ..."""

@@ -182,6 +182,10 @@ DISABLE_INTEGRATIONS = _declare(
     "TORCH_NEURONX_DISABLE_INTEGRATIONS", False, parse_flag, IMPORT,
     "Do not patch third-party libraries (torch_neuronx/integrations).",
     read_at="integrations.install")
+AUDIT_DIR = _declare(
+    "TORCH_NEURONX_AUDIT_DIR", None, _text, IMPORT,
+    "Set by `torch-neuronx audit` in the processes it runs: record this process and write its record here.",
+    read_at="torch_neuronx/__init__.py, once (audit/recorder.py)")
 
 # torch.compile (read per compile / per cache access / per run).
 ENABLE_STACK_TRACE = _declare(
@@ -292,6 +296,20 @@ def disable_integrations() -> bool:
 def enable_stack_trace() -> bool:
     """TORCH_NEURONX_ENABLE_STACK_TRACE (a flag)."""
     return ENABLE_STACK_TRACE.get()
+
+
+def child_environment(**variables: str) -> dict[str, str]:
+    """This process's environment plus `variables`, for a child process (the
+    command `torch-neuronx audit` runs, with AUDIT_DIR set)."""
+    unknown = [name for name in variables if name not in VARIABLES]
+    if unknown:
+        raise AssertionError(f"undeclared variables {unknown}: declare them in torch_neuronx/config.py")
+    return {**os.environ, **variables}
+
+
+def audit_dir() -> str | None:
+    """TORCH_NEURONX_AUDIT_DIR: where this process writes its audit record; None: not audited."""
+    return AUDIT_DIR.get()
 
 
 def debug_dir() -> str | None:

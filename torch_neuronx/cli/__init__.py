@@ -27,6 +27,7 @@ PROG = "torch-neuronx"
 # Command name -> its module in this package, in the order --help lists them.
 COMMANDS = {
     "info": "info",
+    "audit": "audit",
 }
 
 

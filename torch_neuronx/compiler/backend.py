@@ -9,6 +9,7 @@ import warnings
 import torch
 
 from torch_neuronx import config
+from torch_neuronx.audit import recorder
 from torch_neuronx.compiler import aot, dynamo_hooks, metrics
 from torch_neuronx.compiler.errors import NeuronCompileError
 
@@ -42,6 +43,8 @@ def _compiler(kind: str):
             split = split_around_custom_ops(gm, lambda piece: compile_fn(piece, None))
             return BoxedOutput(lambda args: split.forward(*args))
         missing = unlowered_ops(gm)
+        if missing and recorder.ACTIVE is not None:
+            recorder.ACTIVE.note_unlowered(kind, missing)
         if missing:
             listing = "\n".join(f"  {m.op}  at {m.source}" for m in missing)
             if config.disable_fallback_execution():

@@ -42,6 +42,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import datetime
+import functools
 import threading
 import time
 import warnings
@@ -467,6 +468,32 @@ _KERNELS: dict[str, Callable[..., Any]] = {
 }
 
 
+def _tensor_bytes(value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in value)
+    return 0
+
+
+def _audited(name: str, kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """`kernel`, telling `torch-neuronx audit` (when it records) the collective's
+    name, bytes (its first argument's tensors: the data each rank contributes)
+    and group size."""
+    from torch_neuronx.audit import recorder
+
+    @functools.wraps(kernel)
+    def run(*args, **kwargs):
+        audit = recorder.ACTIVE
+        if audit is not None and args:
+            group = kwargs.get("process_group", args[1] if len(args) > 1 else None)
+            size = group.size() if hasattr(group, "size") else 1
+            audit.collective(name.rstrip("_"), _tensor_bytes(args[0]), size)
+        return kernel(*args, **kwargs)
+
+    return run
+
+
 def install() -> None:
     """Registers the kernels for the neuron key (once per process)."""
     global _library
@@ -482,6 +509,6 @@ def install() -> None:
                 # Dynamo must not trace these: under torch.compile a collective
                 # graph-breaks and runs eagerly, and the frames it calls (this
                 # kernel) would otherwise be compiled as new frames.
-                library.impl(name, patching.hide_from_dynamo(kernel), "PrivateUse1")
+                library.impl(name, patching.hide_from_dynamo(_audited(name, kernel)), "PrivateUse1")
         _library = library
         atexit.register(_release_at_exit)

@@ -1,0 +1,364 @@
+"""`torch-neuronx audit`: the example porting script's problems found at their
+lines, the report's JSON validated against its schema, exit codes passed
+through, failing and interrupted commands still reported, recording off unless
+audited, and the recorder's pieces (hazards, per-step arithmetic) on their own."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from torch_neuronx import _C
+from torch_neuronx.audit import recorder, report, schema
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "porting_audit.py"
+
+
+def _env(tmp_path, **variables) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_NEURONX_", "NEURON_"))}
+    env["TORCH_NEURONX_NEFF_CACHE_DIR"] = str(tmp_path / "cache")
+    env["TORCH_NEURONX_FALLBACK"] = "silent"
+    env.update(variables)
+    return env
+
+
+def _audit(tmp_path, *command, options=(), timeout=300) -> tuple[subprocess.CompletedProcess, dict | None]:
+    out = tmp_path / "report.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch_neuronx", "audit", "--json", str(out), *options, "--", *command],
+        env=_env(tmp_path), capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    return proc, (json.loads(out.read_text()) if out.exists() else None)
+
+
+def _line_of(path: pathlib.Path, marker: str) -> int:
+    """The line of `path` whose comment names `marker` (so the test follows edits of the example)."""
+    lines = path.read_text().splitlines()
+    found = [i + 1 for i, line in enumerate(lines) if f"# {marker}" in line]
+    assert len(found) == 1, (marker, found)
+    return found[0]
+
+
+def _lines(sites) -> set[int]:
+    return {s["line"] for s in sites if s and s.get("file") and s["file"].endswith(EXAMPLE.name)}
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("audit")
+    proc, data = _audit(tmp, str(EXAMPLE))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert data is not None
+    return proc, data
+
+
+# ------------------------------------------------------- the example script
+
+
+def test_report_follows_the_schema(example):
+    _, data = example
+    schema.validate(data)
+    assert data["status"] == "completed" and data["exit_code"] == 0
+    assert data["steps"]["count"] == 6 and data["steps"]["source"] == "optimizer"
+
+
+def test_schema_rejects_a_broken_report(example):
+    import jsonschema
+
+    _, data = example
+    broken = json.loads(json.dumps(data))
+    del broken["verdict"]["status"]
+    with pytest.raises(jsonschema.ValidationError):
+        schema.validate(broken)
+    wrong = json.loads(json.dumps(data))
+    wrong["ops"][0]["path"] = "gpu"
+    with pytest.raises(jsonschema.ValidationError):
+        schema.validate(wrong)
+
+
+def test_fallback_found_at_its_line(example):
+    _, data = example
+    fallbacks = {f["op"]: f for f in data["fallbacks"]}
+    assert "aten::special_i0e.out" in fallbacks, list(fallbacks)
+    i0e = fallbacks["aten::special_i0e.out"]
+    assert _lines(i0e["sites"]) == {_line_of(EXAMPLE, "CPU FALLBACK")}
+    assert i0e["calls"] == 6 and i0e["calls_per_step"] == 1
+    assert i0e["host_s_per_step"] > 0 and 0 < i0e["share_of_step"] < 1
+    # Its backward (i1e) falls back too, reached from loss.backward().
+    i1e = fallbacks["aten::special_i1e.out"]
+    assert all(s["backward"] for s in i1e["sites"]) and "loss.backward()" in i1e["sites"][0]["code"]
+    # The same ops are fallbacks in the ops table, with their calls.
+    ops = {(o["op"], o["path"]): o for o in data["ops"]}
+    assert ops[("aten::special_i0e.out", "fallback")]["calls"] == 6
+
+
+def test_shape_churn_found_with_its_lines(example):
+    _, data = example
+    eager = data["eager_compilations"]
+    # Every step after the first adds kernels (a new length each step), and
+    # the same number each time.
+    assert len(eager["new_per_step"]) == 5 and min(eager["new_per_step"]) > 0
+    assert len(set(eager["new_per_step"])) == 1
+    assert eager["first_step"] > 0
+    churn_lines = _lines(c["site"] for c in eager["churn"])
+    assert _line_of(EXAMPLE, "SHAPE CHURN") in churn_lines, churn_lines
+    normal = [c for c in eager["churn"] if c["op"] == "aten::normal_"]
+    assert normal and normal[0]["steps_with_new"] == 5
+    actions = [a for a in data["verdict"]["actions"] if a["kind"] == "shape_churn"]
+    assert len(actions) == 1 and f":{_line_of(EXAMPLE, 'SHAPE CHURN')}" in actions[0]["where"]
+    assert "pad" in actions[0]["remedy"].lower()
+
+
+def test_float64_and_host_sync_found_at_their_lines(example):
+    _, data = example
+    by_kind = {}
+    for hazard in data["hazards"]:
+        by_kind.setdefault(hazard["kind"], []).append(hazard)
+    float64_lines = set().union(*(_lines(h["sites"]) for h in by_kind["float64"]))
+    assert _line_of(EXAMPLE, "FLOAT64") in float64_lines
+    sync = by_kind["host_sync"]
+    sync_lines = set().union(*(_lines(h["sites"]) for h in sync))
+    assert _line_of(EXAMPLE, "HOST SYNC") in sync_lines
+    # The compiled function's data-dependent branch syncs too (it runs eagerly).
+    assert _line_of(EXAMPLE, "GRAPH BREAK") in sync_lines
+    assert all(h["in_step_loop"] for h in sync)
+    item = next(s for h in sync for s in h["sites"] if s["line"] == _line_of(EXAMPLE, "HOST SYNC"))
+    assert item["calls"] == 6 and ".item()" in item["code"]
+
+
+def test_graph_break_found_at_its_line(example):
+    _, data = example
+    compiled = data["torch_compile"]
+    assert compiled["used"] and compiled["graphs"] >= 1 and compiled["graph_runs"] >= 6
+    breaks = compiled["graph_breaks"]
+    assert _lines(b["site"] for b in breaks) == {_line_of(EXAMPLE, "GRAPH BREAK")}
+    actions = {a["kind"] for a in data["verdict"]["actions"]}
+    assert {"fallback", "shape_churn", "float64", "host_sync", "graph_break"} <= actions
+
+
+def test_verdict_ranks_costed_actions_first(example):
+    _, data = example
+    verdict = data["verdict"]
+    assert verdict["status"] == "ready_after_fixes"
+    actions = verdict["actions"]
+    assert [a["rank"] for a in actions] == list(range(1, len(actions) + 1))
+    costs = [a["cost_per_step_s"] for a in actions if a["cost_per_step_s"] is not None]
+    assert costs and costs == sorted(costs, reverse=True)
+    assert actions[0]["kind"] == "fallback"
+
+
+def test_memory_against_each_target(example):
+    _, data = example
+    memory = data["memory"]
+    assert memory["peak_bytes_per_core"] > 0
+    assert [t["instance"] for t in memory["targets"]] == list(report.DEFAULT_TARGETS)
+    assert all(t["fits"] for t in memory["targets"])
+    assert len(memory["timeline"]) == 6
+    assert all(0 < s["peak_bytes"] <= memory["peak_bytes_per_core"] for s in memory["timeline"])
+
+
+def test_estimates_and_cost_rows(example):
+    _, data = example
+    assert [e["instance"] for e in data["estimates"]] == list(report.DEFAULT_TARGETS)
+    for e in data["estimates"]:
+        assert e["label"] == "estimate" and 0 < e["low_s"] <= e["high_s"]
+        assert e["by_class"]["fallback"][0] > 0  # the fallbacks' measured host time
+    assert data["cost"]["unit"] == "step" and data["cost"]["units_per_step"] == 1
+
+
+def test_terminal_summary_names_each_problem(example):
+    proc, data = example
+    text = proc.stdout
+    assert "Verdict: READY AFTER FIXES" in text
+    for needle in ("aten::special_i0e.out", "shape churn", "graph break", "float64", "host_sync",
+                   "ESTIMATE", "assumptions:"):
+        assert needle in text, needle
+    assert f"porting_audit.py:{_line_of(EXAMPLE, 'CPU FALLBACK')}" in text
+
+
+# ----------------------------------------------- exit codes, failures, Ctrl-C
+
+
+def _script(tmp_path, body: str) -> pathlib.Path:
+    path = tmp_path / "script.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+TRAIN_STEPS = """
+    import os, signal, sys
+    import torch
+    model = torch.nn.Linear(8, 4).to("neuron")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(5):
+        loss = model(torch.randn(3, 8, device="neuron")).square().mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+        {after_step}
+"""
+
+
+def test_exit_code_is_the_commands(tmp_path):
+    script = _script(tmp_path, TRAIN_STEPS.format(after_step="if step == 2: sys.exit(3)"))
+    proc, data = _audit(tmp_path, str(script))
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    schema.validate(data)
+    assert data["exit_code"] == 3 and data["status"] == "failed" and data["steps"]["count"] == 3
+
+
+def test_failing_command_gets_a_report_with_its_traceback(tmp_path):
+    script = _script(tmp_path, TRAIN_STEPS.format(after_step="if step == 1: raise RuntimeError('boom at step 1')"))
+    proc, data = _audit(tmp_path, str(script))
+    assert proc.returncode == 1
+    schema.validate(data)
+    assert data["status"] == "failed" and "RuntimeError: boom at step 1" in data["exception"]
+    assert "Traceback" in data["exception"]
+    assert data["verdict"]["status"] == "blocked"
+    assert data["steps"]["count"] == 2
+    assert "boom at step 1" in proc.stdout  # the summary shows the exception
+
+
+def test_interrupted_command_gets_a_partial_report(tmp_path):
+    script = _script(tmp_path, TRAIN_STEPS.format(
+        after_step="if step == 1: os.kill(os.getpid(), signal.SIGINT)"))
+    proc, data = _audit(tmp_path, str(script))
+    assert proc.returncode == 130, (proc.returncode, proc.stderr[-2000:])
+    schema.validate(data)
+    assert data["status"] == "interrupted" and "KeyboardInterrupt" in data["exception"]
+    assert data["steps"]["count"] == 2
+    assert any("interrupted" in reason for reason in data["verdict"]["reasons"])
+
+
+def test_no_device_use_is_an_error_not_an_empty_report(tmp_path):
+    script = _script(tmp_path, "import torch\nprint('no device here')\n")
+    proc, data = _audit(tmp_path, str(script))
+    assert proc.returncode == 1 and data is None
+    assert proc.stderr.count("\n") == 1 and "nothing to report" in proc.stderr
+
+
+@pytest.mark.parametrize("options, needle", [
+    (["--price", "trn2.3xlarge"], "INSTANCE=USD_PER_HOUR"),
+    (["--price", "trn2.3xlarge=-1"], "greater than 0"),
+    (["--baseline", "a100:0.5"], "NAME:SECONDS_PER_STEP:USD_PER_HOUR"),
+    (["--instance", "trn9.huge"], "not a known instance profile"),
+    (["--units-per-step", "0"], "positive"),
+])
+def test_bad_options_fail_before_running(tmp_path, options, needle):
+    marker = tmp_path / "ran"
+    script = _script(tmp_path, f"open({str(marker)!r}, 'w').close()\n")
+    proc, _ = _audit(tmp_path, str(script), options=options)
+    assert proc.returncode == 1 and needle in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("torch-neuronx: error:") and proc.stderr.count("\n") == 1
+    assert not marker.exists()
+
+
+def test_missing_command(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "torch_neuronx", "audit"], env=_env(tmp_path),
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 1 and "no command to audit" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "torch_neuronx", "audit", "--", "no-such-program-xyz"],
+                          env=_env(tmp_path), capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 1 and "cannot run 'no-such-program-xyz'" in proc.stderr
+
+
+def test_units_per_step_and_baseline_give_cost_per_unit(tmp_path):
+    script = _script(tmp_path, TRAIN_STEPS.format(after_step="pass"))
+    proc, data = _audit(tmp_path, str(script), options=[
+        "--units-per-step", "1000", "--unit", "samples", "--price", "trn2.3xlarge=2.0",
+        "--baseline", "gpu:0.001:4.0"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    schema.validate(data)
+    rows = {r["name"]: r for r in data["cost"]["rows"]}
+    assert data["cost"]["unit"] == "samples" and data["cost"]["units_per_step"] == 1000
+    base = rows["gpu"]
+    assert base["seconds_per_unit"] == pytest.approx(1e-6)
+    assert base["usd_per_million_units"] == pytest.approx(4.0 / 3600, rel=1e-4)
+    trn2 = rows["trn2.3xlarge"]
+    estimate = next(e for e in data["estimates"] if e["instance"] == "trn2.3xlarge")
+    best, worst = trn2["usd_per_million_units"]
+    assert best == pytest.approx(2.0 / 3600 * estimate["low_s"] / 1000 * 1e6, rel=1e-3)
+    assert worst == pytest.approx(2.0 / 3600 * estimate["high_s"] / 1000 * 1e6, rel=1e-3)
+    ratio = trn2["work_per_dollar_vs_baseline"]
+    assert ratio[0] == pytest.approx(base["usd_per_million_units"] / best, rel=1e-3)
+
+
+# ------------------------------------------------------- recording itself
+
+
+def test_recording_is_off_unless_audited():
+    assert recorder.ACTIVE is None
+    before = _C._audit_calls()
+    x = torch.randn(4, 4, device="neuron")
+    (x @ x).sum().item()
+    assert _C._audit_calls() == before
+
+
+def test_in_process_recording_counts_signatures_and_steps():
+    rec = recorder.Recording()
+    rec.start()
+    try:
+        w = torch.randn(8, 8, device="neuron")
+        for n in (4, 4, 5):
+            y = torch.randn(n, 8, device="neuron") @ w
+            y.sum().item()
+            rec.mark_step()
+    finally:
+        rec.stop()
+    data = rec.record()
+    mm = [s for s in data["signatures"] if s["op"] == "aten::mm"]
+    # Two shapes, two signatures: (4, 8) in steps 1-2 and (5, 8) first seen in step 3.
+    assert sorted((s["args"][0]["shape"][0], s["calls"], s["first_step"]) for s in mm) == [(4, 2, 0), (5, 1, 2)]
+    item = next(s for s in data["signatures"] if s["op"] == "aten::_local_scalar_dense")
+    assert item["hazards"] == ["host_sync"] and item["calls"] == 3
+    assert item["calls_by_step"] == {"0": 1, "1": 1, "2": 1}
+    assert item["sites"][0]["file"] == __file__ and item["sites"][0]["calls"] == 3
+    assert len(data["steps"]) == 3 and [s["calls"] for s in data["steps"]] == sorted(s["calls"] for s in data["steps"])
+    assert recorder.ACTIVE is None
+
+
+def test_fast_kernels_are_recorded_with_their_signature():
+    """add/mul/sub/div have direct kernels; while recording they take the generic
+    path, so their calls are recorded (and the results are the same)."""
+    a = torch.randn(3, 5)
+    b = torch.randn(3, 5)
+    rec = recorder.Recording()
+    rec.start()
+    try:
+        got = (a.to("neuron") + b.to("neuron")) * 2
+    finally:
+        rec.stop()
+    torch.testing.assert_close(got.cpu(), (a + b) * 2, rtol=0, atol=0)
+    ops = {s["op"] for s in rec.record()["signatures"]}
+    assert {"aten::add.Tensor", "aten::mul.Tensor"} <= ops
+
+
+@pytest.mark.parametrize("op, path, args, expected", [
+    ("aten::special_i0e.out", "fallback", [{"dtype": "float32", "shape": [2], "device": "neuron:0"}], ["fallback"]),
+    ("aten::_local_scalar_dense", "direct", [{"dtype": "float32", "shape": [], "device": "neuron:0"}], ["host_sync"]),
+    ("aten::_copy_from", "direct", [{"dtype": "float32", "shape": [2], "device": "neuron:0"},
+                                    {"dtype": "float32", "shape": [2], "device": "cpu"}, False], ["host_sync"]),
+    ("aten::_copy_from", "direct", [{"dtype": "float32", "shape": [2], "device": "cpu"},
+                                    {"dtype": "float32", "shape": [2], "device": "neuron:0"}, False], []),
+    ("aten::mul.Tensor", "native", [{"dtype": "float64", "shape": [2], "device": "neuron:0"}, 2.0], ["float64"]),
+    ("aten::mul.Tensor", "native", [{"dtype": "float32", "shape": [2], "device": "neuron:0"}, 2.0], []),
+    ("aten::nonzero", "native", [{"dtype": "bool", "shape": [2], "device": "neuron:0"}], ["data_dependent_shape"]),
+    ("aten::cat", "native", [[{"dtype": "float8_e4m3fn", "shape": [2], "device": "neuron:0"}], 0], ["fp8"]),
+])
+def test_hazards_of(op, path, args, expected):
+    assert recorder.hazards_of(op, path, args) == expected
+
+
+@pytest.mark.parametrize("calls, first, steps, expected", [
+    (10, 4, 4, 2.0),   # 6 calls over steps 2-4
+    (7, 7, 1, 7.0),    # one step: its calls
+    (9, 0, 0, 9.0),    # no steps: the whole run
+])
+def test_per_step(calls, first, steps, expected):
+    assert report.per_step(calls, first, steps) == expected

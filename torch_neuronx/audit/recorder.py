@@ -1,0 +1,424 @@
+"""The recording of one process for `torch-neuronx audit`.
+
+The audit runs the user's command with TORCH_NEURONX_AUDIT_DIR set; every
+process that loads the device then starts a Recording (torch_neuronx/__init__.py
+calls start_from_env) and writes it to that directory as `record-<pid>.json`
+when the process exits, also after an exception or Ctrl-C. The report
+(report.py) merges the records of all processes (torchrun ranks).
+
+What is recorded, and how:
+- every device op call, by signature, in C++ (csrc/Recorder.h): calls and host
+  time. Python hears of each signature's first call (`_on_signature`) and of
+  every call of the signatures it watches (`_on_call`): CPU fallbacks, host
+  syncs, float64 and data-dependent shapes, whose user source lines the report
+  names;
+- steps: each `step()` of the first optimizer seen (a global post-hook), or
+  `torch_neuronx.audit.mark_step()` where there is no optimizer;
+- memory: the most bytes allocated per core within each step (the allocator's
+  window peak; the user's own peak statistics are not reset);
+- torch.compile: Dynamo's graph breaks (reason and line), the compiler's
+  counters and recompile reasons, each compiled graph's runs and XLA cost
+  analysis, ops with no lowering.
+
+Nothing here runs unless the audit asked for it: ACTIVE is None otherwise.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import linecache
+import os
+import sys
+import sysconfig
+import threading
+import time
+import traceback
+from collections import Counter, defaultdict
+
+import torch
+
+RECORD_VERSION = 1
+
+# The recording of this process, or None (no audit): the compiler's hooks test it.
+ACTIVE: "Recording | None" = None
+
+# Ops whose result is read by the host (the device waits for it) and ops whose
+# output shape depends on the data (the host must learn it before going on).
+SYNC_OPS = {"aten::_local_scalar_dense": "item"}
+DATA_DEPENDENT_OPS = {"aten::nonzero", "aten::masked_select", "aten::unique_dim", "aten::_unique2",
+                      "aten::unique_consecutive", "aten::nonzero_static"}
+COPY_OPS = {"aten::_copy_from", "aten::_copy_from_and_resize"}
+FP64 = {"float64", "complex128"}
+FP8_PREFIX = "float8_"
+
+
+# ----------------------------------------------------------------- user lines
+
+def _library_roots() -> tuple[str, ...]:
+    import torch_neuronx
+
+    paths = sysconfig.get_paths()
+    roots = {os.path.dirname(torch.__file__), os.path.dirname(torch_neuronx.__file__),
+             paths["stdlib"], paths["purelib"], paths["platlib"]}
+    return tuple(os.path.join(os.path.realpath(r), "") for r in roots if r)
+
+
+_ROOTS: tuple[str, ...] = ()
+_IS_LIBRARY: dict[str, bool] = {}
+
+
+def _is_library(filename: str) -> bool:
+    known = _IS_LIBRARY.get(filename)
+    if known is None:
+        known = filename.startswith("<") or os.path.realpath(filename).startswith(_ROOTS) \
+            or "site-packages" in filename or "dist-packages" in filename
+        _IS_LIBRARY[filename] = known
+    return known
+
+
+def _first_user_frame(frame):
+    while frame is not None and _is_library(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
+def user_site() -> tuple[str, int, str, bool] | None:
+    """(file, line, function, backward) of the first frame outside torch, the
+    libraries and the standard library; for a call made by the autograd engine's
+    thread (a backward op), the line the main thread is at (loss.backward())."""
+    frame = _first_user_frame(sys._getframe(1))
+    backward = False
+    if frame is None and threading.get_ident() != threading.main_thread().ident:
+        frame = _first_user_frame(sys._current_frames().get(threading.main_thread().ident))
+        backward = True
+    if frame is None:
+        return None
+    return (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, backward)
+
+
+def site_json(site) -> dict | None:
+    if site is None:
+        return None
+    filename, line, function, backward = site
+    return {"file": filename, "line": line, "function": function, "backward": backward,
+            "code": linecache.getline(filename, line).strip()}
+
+
+# ------------------------------------------------------------------- hazards
+
+def _tensors(args):
+    for arg in args:
+        if isinstance(arg, dict) and "dtype" in arg:
+            yield arg
+        elif isinstance(arg, list):
+            yield from _tensors(arg)
+
+
+def hazards_of(op: str, path: str, args: list) -> list[str]:
+    """Why every call of this signature is watched (with its line), or []."""
+    found = []
+    if path == "fallback":
+        found.append("fallback")
+    if op in SYNC_OPS:
+        found.append("host_sync")
+    elif op in COPY_OPS and len(args) >= 2 and isinstance(args[0], dict) and isinstance(args[1], dict) \
+            and args[0].get("device", "").startswith("neuron") and args[1].get("device") == "cpu":
+        found.append("host_sync")  # .cpu(), .tolist(), .numpy(), print: device-to-host copies
+    if op in DATA_DEPENDENT_OPS:
+        found.append("data_dependent_shape")
+    tensors = list(_tensors(args))
+    if any(t["dtype"] in FP64 and t["device"].startswith("neuron") for t in tensors) \
+            and op not in COPY_OPS:
+        found.append("float64")
+    if any(t["dtype"].startswith(FP8_PREFIX) for t in tensors):
+        found.append("fp8")
+    return found
+
+
+# ----------------------------------------------------------------- recording
+
+class Recording:
+    """What one process did while audited; `record()` is its JSON form."""
+
+    def __init__(self, directory: str | None = None):
+        self.directory = directory
+        self.started = time.time()
+        self._t0 = time.perf_counter()
+        self.signatures: dict[int, dict] = {}
+        self.watched: dict[int, dict] = {}  # id -> {"sites": Counter, "steps": Counter}
+        self.steps: list[dict] = []
+        self.step_source: str | None = None
+        self._optimizer: int | None = None
+        self._first_step_totals: list = []
+        self.graphs: dict[str, dict] = {}
+        self.graph_breaks: Counter = Counter()
+        self._breaks_seen = 0
+        self.unlowered: Counter = Counter()
+        self.collectives: Counter = Counter()  # (op, bytes, world size) -> calls
+        self._collective_steps: dict = defaultdict(Counter)
+        self.units: dict = {}  # unit, source, units_per_step (steady state)
+        self._units_in_step = 0
+        self.exception: str | None = None
+        self.interrupted = False
+        self._hooks: list = []
+        self._last_progress = 0.0
+
+    # -- switching on and off ------------------------------------------------------
+    def start(self) -> None:
+        global ACTIVE, _ROOTS
+        from torch_neuronx import _C
+
+        _ROOTS = _library_roots()
+        ACTIVE = self
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        from torch_neuronx.audit import units
+
+        self._hooks.append(register_optimizer_step_post_hook(self._optimizer_step))
+        units.register()
+        _C._audit_start(self._on_signature, self._on_call)
+
+    def stop(self) -> None:
+        global ACTIVE
+        from torch_neuronx import _C
+
+        _C._audit_stop()
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks.clear()
+        ACTIVE = None
+
+    # -- the C++ recorder's callbacks ------------------------------------------------
+    def _on_signature(self, sig_id: int, op: str, path: str, args: list, allocated: int) -> bool:
+        site = user_site()
+        hazards = hazards_of(op, path, args)
+        self.signatures[sig_id] = {
+            "id": sig_id, "op": op, "path": path, "args": args, "allocated": allocated,
+            "first_step": len(self.steps), "site": site_json(site), "hazards": hazards,
+        }
+        if hazards:
+            self.watched[sig_id] = {"sites": Counter({site: 1}), "steps": Counter({len(self.steps): 1})}
+        return bool(hazards)
+
+    def _on_call(self, sig_id: int) -> None:
+        watched = self.watched[sig_id]
+        watched["sites"][user_site()] += 1
+        watched["steps"][len(self.steps)] += 1
+
+    # -- steps ---------------------------------------------------------------------
+    def _optimizer_step(self, optimizer, args, kwargs) -> None:
+        # The first optimizer seen marks the steps (a GAN's second one does not).
+        if self._optimizer is None:
+            self._optimizer = id(optimizer)
+        if self._optimizer == id(optimizer):
+            self.mark_step("optimizer")
+
+    def add_units(self, count: int, unit: str, source: str) -> None:
+        """Units of work done in the current step (units.py: tokens of the HF Trainer, generate)."""
+        self._units_in_step += count
+        self.units.setdefault("unit", unit)
+        self.units.setdefault("source", source)
+
+    def mark_step(self, source: str = "mark_step") -> None:
+        """The end of a step. The first source that marks one (optimizer, generate,
+        torch_neuronx.audit.mark_step) is the only one that counts."""
+        from torch_neuronx import _C
+
+        if self.step_source is None:
+            self.step_source = source
+        if source != self.step_source:
+            return
+        devices = range(torch.neuron.device_count())
+        units, self._units_in_step = self._units_in_step, 0
+        self.steps.append({
+            "units": units,
+            "end_s": round(time.perf_counter() - self._t0, 6),
+            "calls": _C._audit_calls(),
+            "memory_peak": [_C._audit_take_window_peak(d) for d in devices],
+            "memory_allocated": [torch.neuron.memory_allocated(d) for d in devices],
+        })
+        if len(self.steps) == 1:
+            self._first_step_totals = _C._audit_signatures()
+        self._collect_graph_breaks()
+        self._write_progress()
+
+    # -- torch.compile ---------------------------------------------------------------
+    def _collect_graph_breaks(self) -> None:
+        from torch._dynamo.utils import graph_break_reasons
+
+        if len(graph_break_reasons) < self._breaks_seen:  # torch._dynamo.reset() cleared it
+            self._breaks_seen = 0
+        for reason in graph_break_reasons[self._breaks_seen:]:
+            frame = reason.user_stack[-1] if reason.user_stack else None
+            where = (frame.filename, frame.lineno, frame.name, False) if frame else None
+            first = str(reason.reason).strip().splitlines()[0] if str(reason.reason).strip() else "unknown"
+            self.graph_breaks[(first, where)] += 1
+        self._breaks_seen = len(graph_break_reasons)
+
+    def graph_run(self, graph, key, executable, seconds: float) -> None:
+        """One run of a compiled graph (compiler/executable.py)."""
+        entry = self.graphs.get(key)
+        if entry is None:
+            entry = self.graphs[key] = {"name": graph.name, "runs": 0, "host_s": 0.0,
+                                        "first_step": len(self.steps), **_cost_analysis(executable)}
+        entry["runs"] += 1
+        entry["host_s"] += seconds
+
+    def collective(self, op: str, nbytes: int, world_size: int) -> None:
+        """One collective call (distributed/_kernels.py): its bytes per rank."""
+        key = (op, nbytes, world_size)
+        self.collectives[key] += 1
+        self._collective_steps[key][len(self.steps)] += 1
+
+    def note_unlowered(self, kind: str, missing) -> None:
+        """Ops of a graph with no lowering (compiler/backend.py), run eagerly or raised."""
+        for item in missing:
+            self.unlowered[(item.op, str(item.source), kind)] += 1
+
+    # -- the record ------------------------------------------------------------------
+    def record(self) -> dict:
+        from torch_neuronx import _C, config, neuron
+        from torch_neuronx.compiler import metrics
+
+        self._collect_graph_breaks()
+        totals = {row[0]: row for row in _C._audit_signatures()}
+        first = {row[0]: row for row in self._first_step_totals}
+        signatures = []
+        for sig_id, entry in sorted(self.signatures.items()):
+            _, calls, host_ns = totals.get(sig_id, (sig_id, 0, 0))
+            row = dict(entry, calls=calls, host_ns=host_ns,
+                       calls_first_step=first.get(sig_id, (0, 0, 0))[1] if first else calls,
+                       host_ns_first_step=first.get(sig_id, (0, 0, 0))[2] if first else host_ns)
+            watched = self.watched.get(sig_id)
+            if watched:
+                row["sites"] = [dict(site_json(s) or {}, calls=n) for s, n in watched["sites"].most_common()]
+                row["calls_by_step"] = {str(k): v for k, v in sorted(watched["steps"].items())}
+            signatures.append(row)
+        devices = range(torch.neuron.device_count())
+        profile = neuron._PROFILE
+        return {
+            "record_version": RECORD_VERSION,
+            "pid": os.getpid(),
+            "argv": list(sys.argv),
+            "rank": int(config.rank()) if str(config.rank()).isdigit() else 0,
+            "instance": profile.name, "lnc": profile.lnc, "hbm_per_core": profile.hbm_per_core,
+            "fallback_mode": _fallback_mode(), "fp64_mode": _fp64_mode(),
+            "started": self.started,
+            "duration_s": round(time.perf_counter() - self._t0, 6),
+            "exception": self.exception,
+            "interrupted": self.interrupted,
+            "step_source": self.step_source,
+            "steps": self.steps,
+            "calls": _C._audit_calls(),
+            "signatures": signatures,
+            "memory": {
+                "peak": [max([torch.neuron.max_memory_allocated(d)] +
+                             [s["memory_peak"][d] for s in self.steps]) for d in devices],
+                "allocated_at_exit": [torch.neuron.memory_allocated(d) for d in devices],
+            },
+            "compile": metrics.snapshot(),
+            "graphs": list(self.graphs.values()),
+            "graph_breaks": [{"reason": reason, "site": site_json(site), "count": n}
+                             for (reason, site), n in self.graph_breaks.most_common()],
+            "unlowered": [{"op": op, "source": source, "graph": kind, "count": n}
+                          for (op, source, kind), n in self.unlowered.most_common()],
+            "collectives": [{"op": op, "bytes": nbytes, "world_size": size, "calls": n,
+                             "calls_first_step": self._collective_steps[(op, nbytes, size)].get(0, 0)}
+                            for (op, nbytes, size), n in self.collectives.most_common()],
+            "units": self._units_summary(),
+        }
+
+    def _units_summary(self) -> dict:
+        if "unit" not in self.units:
+            return {}
+        counted = [s["units"] for s in self.steps[1:]] or [s["units"] for s in self.steps[:1]]
+        per_step = sum(counted) / len(counted) if counted else self._units_in_step
+        return dict(self.units, units_per_step=per_step)
+
+    def used_device(self) -> bool:
+        from torch_neuronx import _C
+
+        return bool(_C._audit_calls() or self.graphs or self.steps)
+
+    def write(self) -> str | None:
+        """Writes the record, unless this process never used the device (a
+        launcher such as torchrun imports torch too)."""
+        if self.directory is None or not self.used_device():
+            return None
+        path = os.path.join(self.directory, f"record-{os.getpid()}.json")
+        temporary = path + ".tmp"
+        with open(temporary, "w") as f:
+            json.dump(self.record(), f)
+        os.replace(temporary, path)  # the audit never reads a half-written record
+        return path
+
+    def _write_progress(self) -> None:
+        """A small file the audit reads for its progress line (at most twice a second)."""
+        now = time.perf_counter()
+        if self.directory is None or now - self._last_progress < 0.5:
+            return
+        self._last_progress = now
+        from torch_neuronx import _C
+
+        fallbacks = sum(1 for s in self.signatures.values() if s["path"] == "fallback")
+        progress = {"steps": len(self.steps), "calls": _C._audit_calls(), "fallback_ops": fallbacks}
+        path = os.path.join(self.directory, f"progress-{os.getpid()}.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(progress, f)
+        os.replace(path + ".tmp", path)
+
+
+def _cost_analysis(executable) -> dict:
+    """XLA's own count of a compiled graph's FLOPs and bytes (0 when unavailable)."""
+    try:
+        analysis = executable.cost_analysis()
+        if isinstance(analysis, (list, tuple)):
+            analysis = analysis[0] if analysis else {}
+        return {"flops": float(analysis.get("flops", 0.0)),
+                "bytes_accessed": float(analysis.get("bytes accessed", 0.0))}
+    except Exception:  # an executable loaded from the disk cache may not have it
+        return {"flops": 0.0, "bytes_accessed": 0.0}
+
+
+def _fallback_mode() -> str:
+    from torch_neuronx import ops
+
+    return ops.get_fallback_mode()
+
+
+def _fp64_mode() -> str:
+    from torch_neuronx import ops
+
+    return ops.get_fp64_mode()
+
+
+# ------------------------------------------------------------ the audited process
+
+def start_from_env() -> None:
+    """Starts recording this process when the audit asked for it (TORCH_NEURONX_AUDIT_DIR)."""
+    from torch_neuronx import config
+
+    directory = config.audit_dir()
+    if not directory or ACTIVE is not None:
+        return
+    recording = Recording(directory)
+    recording.start()
+    previous_hook = sys.excepthook
+
+    def excepthook(kind, value, tb):
+        recording.exception = "".join(traceback.format_exception(kind, value, tb))
+        recording.interrupted = issubclass(kind, KeyboardInterrupt)
+        previous_hook(kind, value, tb)
+
+    sys.excepthook = excepthook
+    # Registered now, after torch and this package: runs before their exit handlers.
+    atexit.register(_finish, recording)
+
+
+def _finish(recording: Recording) -> None:
+    try:
+        recording.stop()
+        recording.write()
+    except Exception:  # never turn the user's exit into a crash
+        traceback.print_exc()

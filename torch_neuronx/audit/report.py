@@ -1,0 +1,481 @@
+"""The audit's report: the records of the audited processes (recorder.py), merged
+and analysed into one JSON-serializable dict whose shape schema.py defines.
+
+Steps. A step ends at each step() of the first optimizer a process used (or at
+each torch_neuronx.audit.mark_step()). Step 1 includes everything before it
+(building the model, moving it to the device): the warm-up. "Per step" figures
+are those of the steady state: the calls after step 1 divided by the later
+steps; with one step, step 1's; with no step marker, the whole run is one step.
+
+Ranks. Each process records itself; figures "per step" are per process (one
+NeuronCore each), summed calls are over all processes, and `ranks` keeps each
+process's own numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+REPORT_SCHEMA_VERSION = 1
+DEFAULT_TARGETS = ("trn2.3xlarge", "trn3.3xlarge")
+
+# Device calls that are not kernels the device compiles: allocation, metadata,
+# copies (DMA) and reading a scalar.
+NO_KERNEL_OPS = {
+    "aten::empty.memory_format", "aten::empty_strided", "aten::_copy_from",
+    "aten::_copy_from_and_resize", "aten::resize_", "aten::set_", "aten::set_.source_Storage",
+    "aten::set_.source_Storage_storage_offset", "aten::set_.source_Tensor",
+    "aten::_local_scalar_dense",
+}
+
+# A signature first seen after step 1 in at least this many steps means the
+# shapes keep changing (shape churn), not a one-off (an evaluation at the end).
+CHURN_MIN_STEPS = 2
+
+
+@dataclass
+class Options:
+    targets: list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS))
+    prices: dict[str, float] = field(default_factory=dict)
+    baseline: dict | None = None
+    units_per_step: float | None = None
+    unit: str | None = None
+
+    @classmethod
+    def from_args(cls, args) -> "Options":
+        from torch_neuronx.audit import prices
+        from torch_neuronx.neuron.profiles import PROFILES
+
+        targets = list(args.instance or DEFAULT_TARGETS)
+        for name in targets:
+            if name not in PROFILES:
+                raise ValueError(f"--instance {name!r} is not a known instance profile; "
+                                 f"known: {', '.join(sorted(PROFILES))}")
+        table = dict(prices.parse_price(text) for text in args.price)
+        baseline = prices.parse_baseline(args.baseline) if args.baseline else None
+        if args.units_per_step is not None and not args.units_per_step > 0:
+            raise ValueError(f"--units-per-step {args.units_per_step:g}: give a positive number "
+                             "of units of work per step, e.g. --units-per-step 8192 --unit tokens")
+        return cls(targets, table, baseline, args.units_per_step, args.unit)
+
+
+# --------------------------------------------------------------- the report
+
+def build(records: list[dict], options: Options, *, command: list[str], exit_code: int,
+          interrupted: bool, wall_s: float) -> dict:
+    from torch_neuronx import __version__
+
+    primary = records[0]
+    steps = _step_count(primary)
+    signatures = _signatures(records)
+    ops = _ops(signatures)
+    memory = _memory(records, options.targets)
+    compiled = _torch_compile(records)
+    hazards = _hazards(signatures, records, options.targets, compiled)
+    eager = _eager_compilations(primary)
+    estimates = _estimates(primary, options.targets)
+    cost = _cost(estimates, options, primary, steps)
+    exception = next((r["exception"] for r in records if r.get("exception")), None)
+    report = {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "tool": {"name": "torch-neuronx audit", "version": __version__},
+        "command": command,
+        "exit_code": exit_code,
+        "status": "interrupted" if interrupted else ("failed" if exit_code or exception else "completed"),
+        "exception": exception,
+        "wall_s": round(wall_s, 3),
+        "emulated_instance": primary["instance"],
+        "steps": {"count": steps, "source": primary.get("step_source") or "none",
+                  "note": _steps_note(primary)},
+        "ranks": [_rank_summary(r) for r in records],
+        "ops": ops,
+        "fallbacks": _fallbacks(signatures, ops),
+        "eager_compilations": eager,
+        "torch_compile": compiled,
+        "memory": memory,
+        "hazards": hazards,
+        "collectives": _rounded(_collectives(primary)),
+        "estimates": estimates,
+        "cost": cost,
+    }
+    report["verdict"] = _verdict(report)
+    return report
+
+
+# ---------------------------------------------------------------- steps
+
+def _step_count(record: dict) -> int:
+    return max(1, len(record["steps"]))
+
+
+def _steps_note(record: dict) -> str:
+    count = len(record["steps"])
+    if count == 0:
+        return ("no step marker was seen (no optimizer.step(), no torch_neuronx.audit.mark_step()): "
+                "the whole run counts as one step")
+    if count == 1:
+        return "one step: its figures include the warm-up (model creation, first compilations)"
+    return (f"{count} steps ({record['step_source']}); per-step figures are the average of steps "
+            f"2-{count} (step 1 includes the warm-up)")
+
+
+def per_step(calls: int, calls_first: int, steps_seen: int) -> float:
+    """Steady-state calls per step of one signature (see the module docstring)."""
+    if steps_seen >= 2:
+        return (calls - calls_first) / (steps_seen - 1)
+    return float(calls_first if steps_seen == 1 else calls)
+
+
+def _signatures(records: list[dict]) -> list[dict]:
+    """Every recorded signature of every process, with its rank and per-step figures."""
+    rows = []
+    for record in records:
+        seen = len(record["steps"])
+        for sig in record["signatures"]:
+            calls_step = per_step(sig["calls"], sig["calls_first_step"], seen)
+            host_step = per_step(sig["host_ns"], sig["host_ns_first_step"], seen) / 1e9
+            rows.append(dict(sig, rank=record["rank"], calls_per_step=calls_step, host_s_per_step=host_step))
+    return rows
+
+
+def _rank_summary(record: dict) -> dict:
+    return {
+        "rank": record["rank"], "pid": record["pid"], "steps": len(record["steps"]),
+        "calls": record["calls"], "signatures": len(record["signatures"]),
+        "fallback_calls": sum(s["calls"] for s in record["signatures"] if s["path"] == "fallback"),
+        "peak_memory_bytes": max(record["memory"]["peak"], default=0),
+        "duration_s": record["duration_s"], "exception": record.get("exception"),
+        "interrupted": record.get("interrupted", False),
+    }
+
+
+# ---------------------------------------------------------------- ops
+
+def _ops(signatures: list[dict]) -> list[dict]:
+    grouped: dict[tuple, dict] = {}
+    for sig in signatures:
+        row = grouped.setdefault((sig["op"], sig["path"]), {
+            "op": sig["op"], "path": sig["path"], "calls": 0, "calls_per_step": 0.0,
+            "host_s": 0.0, "host_s_per_step": 0.0, "signatures": 0})
+        row["calls"] += sig["calls"]
+        row["calls_per_step"] += sig["calls_per_step"]
+        row["host_s"] += sig["host_ns"] / 1e9
+        row["host_s_per_step"] += sig["host_s_per_step"]
+        row["signatures"] += 1
+    total = sum(r["host_s_per_step"] for r in grouped.values()) or 1.0
+    rows = sorted(grouped.values(), key=lambda r: (-r["host_s_per_step"], -r["host_s"]))
+    for row in rows:
+        row["share_of_step"] = row["host_s_per_step"] / total
+    return _rounded(rows)
+
+
+def _merge_sites(sigs: list[dict]) -> list[dict]:
+    """Call sites of watched signatures, merged over signatures and ranks, busiest first."""
+    merged: dict[tuple, dict] = {}
+    for sig in sigs:
+        for site in sig.get("sites") or ([dict(sig["site"], calls=sig["calls"])] if sig.get("site") else []):
+            if not site.get("file"):
+                continue
+            key = (site["file"], site["line"], site.get("backward", False))
+            entry = merged.setdefault(key, dict(site, calls=0))
+            entry["calls"] += site["calls"]
+    return sorted(merged.values(), key=lambda s: -s["calls"])
+
+
+def _fallbacks(signatures: list[dict], ops: list[dict]) -> list[dict]:
+    by_op = defaultdict(list)
+    for sig in signatures:
+        if sig["path"] == "fallback":
+            by_op[sig["op"]].append(sig)
+    shares = {r["op"]: r["share_of_step"] for r in ops if r["path"] == "fallback"}
+    rows = []
+    for op, sigs in by_op.items():
+        rows.append({
+            "op": op,
+            "calls": sum(s["calls"] for s in sigs),
+            "calls_per_step": sum(s["calls_per_step"] for s in sigs),
+            "host_s_per_step": sum(s["host_s_per_step"] for s in sigs),
+            "share_of_step": shares.get(op, 0.0),
+            "sites": _merge_sites(sigs),
+        })
+    return _rounded(sorted(rows, key=lambda r: -r["host_s_per_step"]))
+
+
+# ------------------------------------------------------- eager compilations
+
+def _eager_compilations(record: dict) -> dict:
+    """Distinct kernel signatures: each is compiled on first use on the device."""
+    kernels = [s for s in record["signatures"] if s["path"] != "fallback" and s["op"] not in NO_KERNEL_OPS]
+    steps = len(record["steps"])
+    new_by_step = [0] * (steps + 1)  # index k: first seen in step k+1; the last: after the last step
+    for sig in kernels:
+        new_by_step[min(sig["first_step"], steps)] += 1
+    late = [s for s in kernels if 1 <= s["first_step"] < steps]
+    churn_steps = {s["first_step"] for s in late}
+    churn = []
+    if len(churn_steps) >= CHURN_MIN_STEPS:
+        groups = defaultdict(list)
+        for sig in late:
+            site = sig.get("site") or {}
+            groups[(sig["op"], site.get("file"), site.get("line"))].append(sig)
+        for (op, _, _), sigs in sorted(groups.items(), key=lambda item: -len(item[1])):
+            churn.append({
+                "op": op, "site": sigs[0].get("site"), "new_signatures": len(sigs),
+                "steps_with_new": len({s["first_step"] for s in sigs}),
+                "example_shapes": [_shapes(s["args"]) for s in sigs[:3]],
+            })
+    return {
+        "total_signatures": len(kernels),
+        "first_step": new_by_step[0],
+        "new_per_step": new_by_step[1:steps] if steps > 1 else [],
+        "after_last_step": new_by_step[steps] if steps >= 1 else 0,
+        "churn": churn,
+    }
+
+
+def _shapes(args: list) -> list:
+    return [a["shape"] for a in args if isinstance(a, dict) and "shape" in a]
+
+
+# ---------------------------------------------------------- torch.compile
+
+def _torch_compile(records: list[dict]) -> dict:
+    primary = records[0]
+    counters = primary["compile"]
+    breaks = defaultdict(int)
+    sites = {}
+    for record in records:
+        for entry in record["graph_breaks"]:
+            key = (entry["reason"], (entry["site"] or {}).get("file"), (entry["site"] or {}).get("line"))
+            breaks[key] += entry["count"]
+            sites[key] = entry["site"]
+    return {
+        "used": bool(counters["compiles"] or primary["graphs"] or counters["graph_breaks"]),
+        "graphs": len(primary["graphs"]),
+        "compiles": counters["compiles"],
+        "compile_seconds": counters["compile_seconds"],
+        "graph_runs": sum(g["runs"] for g in primary["graphs"]),
+        "graph_breaks": [{"reason": reason, "site": sites[key], "count": n}
+                         for key, n in breaks.items() for reason in [key[0]]],
+        "recompiles": counters["recompiles"],
+        "recompile_reasons": counters["recompile_reasons"],
+        "unlowered": primary["unlowered"],
+    }
+
+
+# ------------------------------------------------------------------- memory
+
+def _memory(records: list[dict], targets: list[str]) -> dict:
+    from torch_neuronx.neuron.profiles import PROFILES
+
+    peak = max(max(r["memory"]["peak"], default=0) for r in records)
+    primary = records[0]
+    core = max(range(len(primary["memory"]["peak"])), key=lambda d: primary["memory"]["peak"][d], default=0)
+    timeline = [{"step": i + 1, "peak_bytes": s["memory_peak"][core], "allocated_bytes": s["memory_allocated"][core]}
+                for i, s in enumerate(primary["steps"])]
+    fits = []
+    for name in targets:
+        profile = PROFILES[name]
+        needed = max(1, math.ceil(peak / profile.hbm_per_core))
+        fits.append({"instance": name, "hbm_per_core_bytes": profile.hbm_per_core, "fits": peak <= profile.hbm_per_core,
+                     "cores_needed": needed, "cores_available": profile.num_cores,
+                     "fits_sharded": needed <= profile.num_cores})
+    allocations = sorted((s for r in records for s in r["signatures"] if s["allocated"] > 0),
+                         key=lambda s: -s["allocated"])[:10]
+    return {
+        "peak_bytes_per_core": peak,
+        "core": core,
+        "timeline": timeline,
+        "targets": fits,
+        "largest_allocations": [{"op": s["op"], "bytes": s["allocated"], "shapes": _shapes(s["args"]),
+                                 "site": s.get("site")} for s in allocations],
+    }
+
+
+# ------------------------------------------------------------------- hazards
+
+HAZARD_TEXT = {
+    "host_sync": "the host waits for the device (.item(), .cpu(), .tolist(), printing a tensor)",
+    "float64": "float64 is computed as float32 on Trainium: results differ from float64 on CPU/GPU",
+    "data_dependent_shape": "the output's shape depends on the data: the host must wait to learn it",
+    "fp8": "8-bit floating point",
+}
+
+
+def _hazards(signatures: list[dict], records: list[dict], targets: list[str], compiled: dict) -> list[dict]:
+    from torch_neuronx.neuron.profiles import PROFILES
+
+    grouped: dict[tuple, list] = defaultdict(list)
+    for sig in signatures:
+        for kind in sig["hazards"]:
+            if kind != "fallback":
+                grouped[(kind, sig["op"])].append(sig)
+    rows = []
+    for (kind, op), sigs in grouped.items():
+        if kind == "fp8":
+            without = [t for t in targets if not PROFILES[t].fp8]
+            if not without:
+                continue
+            detail = f"FP8 compute needs Trainium3; not available on {', '.join(without)}"
+        else:
+            detail = HAZARD_TEXT[kind]
+        steps_with_calls = {k for s in sigs for k in (s.get("calls_by_step") or {})}
+        rows.append({"kind": kind, "op": op, "detail": detail,
+                     "calls": sum(s["calls"] for s in sigs),
+                     "calls_per_step": sum(s["calls_per_step"] for s in sigs),
+                     "in_step_loop": len(steps_with_calls) >= 2,
+                     "sites": _merge_sites(sigs)})
+    for reason in compiled["recompile_reasons"]:
+        if any(word in reason for word in ("size", "shape", "stride")):
+            rows.append({"kind": "dynamic_shape", "op": "torch.compile", "detail": reason, "calls": 1,
+                         "calls_per_step": 0.0, "in_step_loop": True, "sites": []})
+    return _rounded(sorted(rows, key=lambda r: (r["kind"], -r["calls"])))
+
+
+# ---------------------------------------------------------- estimate and cost
+
+def _estimates(record: dict, targets: list[str]) -> list[dict]:
+    from torch_neuronx.audit import estimate
+    from torch_neuronx.neuron.profiles import PROFILES
+
+    seen = len(record["steps"])
+    signatures = []
+    for sig in record["signatures"]:
+        calls = per_step(sig["calls"], sig["calls_first_step"], seen)
+        if calls <= 0:
+            continue
+        host = per_step(sig["host_ns"], sig["host_ns_first_step"], seen)
+        signatures.append({"op": sig["op"], "path": sig["path"], "args": sig["args"],
+                           "calls_per_step": calls, "host_ns_per_call": host / calls})
+    steps = max(1, seen)
+    collectives = _collectives(record)
+    graphs = [{"name": g["name"], "runs_per_step": g["runs"] / steps, "flops": g["flops"],
+               "bytes_accessed": g["bytes_accessed"], "host_ns_per_run": g["host_s"] * 1e9 / max(1, g["runs"])}
+              for g in record["graphs"]]
+    mode = "compiled" if graphs else "eager"
+    return [estimate.estimate_step(signatures, graphs, collectives, PROFILES[name], mode=mode)
+            for name in targets]
+
+
+def _collectives(record: dict) -> list[dict]:
+    """Collective calls per step of one process, with the bytes each rank contributes."""
+    seen = len(record["steps"])
+    rows = []
+    for c in record.get("collectives", []):
+        calls = per_step(c["calls"], c["calls_first_step"], seen)
+        rows.append({"op": c["op"], "bytes": c["bytes"], "world_size": c["world_size"],
+                     "calls_per_step": calls, "calls": c["calls"]})
+    return rows
+
+
+def _cost(estimates: list[dict], options: Options, record: dict, steps: int) -> dict:
+    from torch_neuronx.audit import prices
+
+    detected = record.get("units") or {}
+    if options.units_per_step:
+        units, unit, source = options.units_per_step, options.unit or "units", "--units-per-step"
+    elif detected.get("units_per_step"):
+        units, unit, source = detected["units_per_step"], detected["unit"], detected["source"]
+    else:
+        units, unit, source = 1.0, options.unit or "step", "no unit detected: one step per step (pass --units-per-step N --unit NAME)"
+    table: dict = dict(prices.DEFAULT_PRICES)  # entries with their source and date
+    table.update(options.prices)  # --price wins
+    rows = prices.cost_table(estimates, table, units, unit, options.baseline)
+    return {"unit": unit, "units_per_step": units, "units_source": source, "rows": _rounded(rows)}
+
+
+# ------------------------------------------------------------------- verdict
+
+def _site_text(site: dict | None) -> str:
+    if not site or not site.get("file"):
+        return "(unknown line)"
+    return f"{site['file']}:{site['line']}" + (" (backward)" if site.get("backward") else "")
+
+
+def _actions(report: dict) -> list[dict]:
+    actions = []
+    for row in report["fallbacks"]:
+        site = row["sites"][0] if row["sites"] else None
+        actions.append({
+            "kind": "fallback", "what": row["op"], "where": _site_text(site),
+            "cost_per_step_s": row["host_s_per_step"],
+            "remedy": (f"{row['op']} is not in the neuron device's native op set: it runs on the host CPU, "
+                       "its inputs copied over and back. Use an equivalent supported op, write an NKI "
+                       "kernel (torch_neuronx.nki_op), or move it out of the step loop.")})
+    churn = report["eager_compilations"]["churn"]
+    if churn:  # one action: the lines differ, the cause (changing input shapes) is one
+        new = report["eager_compilations"]["new_per_step"]
+        forward = [row for row in churn if not (row["site"] or {}).get("backward")] or churn
+        first = min(forward, key=lambda row: ((row["site"] or {}).get("line") or 0))
+        ops = ", ".join(sorted({row["op"] for row in churn})[:6])
+        actions.append({
+            "kind": "shape_churn", "what": f"{sum(new) / max(1, len(new)):.3g} new kernels per step ({ops}, ...)",
+            "where": _site_text(first["site"]), "cost_per_step_s": None,
+            "remedy": ("input shapes change from step to step, and each new op signature is compiled on first "
+                       "use on Trainium: the compiles never stop. Pad inputs to a fixed length or to a few "
+                       "buckets (e.g. padding='max_length' or pad_to_multiple_of=64 in the tokenizer); the "
+                       "eager_compilations section lists each churning op and line.")})
+    for row in report["hazards"]:
+        site = row["sites"][0] if row["sites"] else None
+        if row["kind"] == "host_sync" and not row["in_step_loop"]:
+            continue
+        remedy = {
+            "host_sync": "read values on the host once every N steps (accumulate on the device), not every step",
+            "float64": "use float32 (or keep this float64 computation on the CPU)",
+            "data_dependent_shape": "use a fixed-size formulation (torch.where, a mask, nonzero_static)",
+            "fp8": "target a trn3 instance for FP8, or use bfloat16",
+            "dynamic_shape": "pad inputs to fixed shapes or buckets; every new shape recompiles the graph",
+        }[row["kind"]]
+        actions.append({"kind": row["kind"], "what": row["op"], "where": _site_text(site),
+                        "cost_per_step_s": None, "remedy": f"{row['detail']}: {remedy}"})
+    for row in report["torch_compile"]["graph_breaks"]:
+        actions.append({"kind": "graph_break", "what": row["reason"], "where": _site_text(row["site"]),
+                        "cost_per_step_s": None,
+                        "remedy": "torch.compile splits the graph here and runs the code between eagerly: "
+                                  "move the construct out of the compiled region or rewrite it"})
+    for row in report["memory"]["targets"]:
+        if not row["fits"]:
+            actions.append({"kind": "memory", "what": f"{report['memory']['peak_bytes_per_core']} bytes per core",
+                            "where": row["instance"], "cost_per_step_s": None,
+                            "remedy": (f"does not fit in {row['instance']}'s {row['hbm_per_core_bytes']} bytes per "
+                                       f"core: shard over at least {row['cores_needed']} cores (FSDP2 "
+                                       "fully_shard, tensor parallel)"
+                                       + ("" if row["fits_sharded"] else
+                                          f"; the instance has only {row['cores_available']}"))})
+    # Costed actions first, most expensive first; then the others in the order above.
+    return sorted(actions, key=lambda a: -(a["cost_per_step_s"] or 0.0))
+
+
+def _verdict(report: dict) -> dict:
+    actions = _actions(report)
+    for rank, action in enumerate(actions, 1):
+        action["rank"] = rank
+    reasons = []
+    if report["status"] == "failed":
+        reasons.append("the command failed (see the exception)")
+    if report["memory"]["targets"] and not any(t["fits"] or t["fits_sharded"] for t in report["memory"]["targets"]):
+        reasons.append("the peak memory does not fit any target instance, even sharded over all its cores")
+    if reasons:
+        status = "blocked"
+    elif actions:
+        status = "ready_after_fixes"
+    else:
+        status = "ready"
+    if report["status"] == "interrupted":
+        reasons.append("the run was interrupted: the report covers what ran until then")
+    return {"status": status, "reasons": reasons, "actions": _rounded(actions)}
+
+
+def _rounded(rows):
+    """Floats to 6 significant digits: the report is read by people."""
+    def fix(value):
+        if isinstance(value, float):
+            return float(f"{value:.6g}")
+        if isinstance(value, dict):
+            return {k: fix(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [fix(v) for v in value]
+        return value
+    return fix(rows)

@@ -1,0 +1,192 @@
+"""The audit report as text for the terminal: verdict and actions first, then
+each section in a few lines (the JSON report has everything)."""
+
+from __future__ import annotations
+
+import os
+
+TOP = 8  # rows per table
+
+
+def render(report: dict) -> str:
+    lines: list[str] = []
+    for section in (_header, _verdict, _ops, _fallbacks, _compilations, _compile, _memory, _hazards,
+                    _collectives, _estimates, _cost):
+        block = section(report)
+        if block:
+            lines.extend(block)
+            lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _where(site: dict | None) -> str:
+    if not site or not site.get("file"):
+        return "(unknown line)"
+    text = f"{os.path.relpath(site['file']) if not site['file'].startswith('<') else site['file']}:{site['line']}"
+    return text + (" (backward)" if site.get("backward") else "")
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3g} ms"
+
+
+def _header(r: dict) -> list[str]:
+    steps = r["steps"]
+    lines = [f"torch-neuronx audit of: {' '.join(r['command'])}",
+             f"  status {r['status']} (exit code {r['exit_code']}), {steps['count']} step(s) "
+             f"marked by {steps['source']}, {r['wall_s']:.1f} s, emulated {r['emulated_instance']}, "
+             f"{len(r['ranks'])} process(es)",
+             f"  {steps['note']}"]
+    if r["exception"]:
+        last = r["exception"].strip().splitlines()[-1]
+        lines.append(f"  the command raised: {last}")
+    return lines
+
+
+def _verdict(r: dict) -> list[str]:
+    verdict = r["verdict"]
+    lines = [f"Verdict: {verdict['status'].replace('_', ' ').upper()}"]
+    lines += [f"  - {reason}" for reason in verdict["reasons"]]
+    for action in verdict["actions"]:
+        cost = f", ~{_ms(action['cost_per_step_s'])}/step" if action["cost_per_step_s"] else ""
+        lines.append(f"  {action['rank']}. [{action['kind']}] {action['what']} at {action['where']}{cost}")
+        lines.append(f"     {action['remedy']}")
+    return lines
+
+
+def _ops(r: dict) -> list[str]:
+    rows = r["ops"][:TOP]
+    if not rows:
+        return []
+    lines = [f"Ops on the device: {sum(o['calls'] for o in r['ops'])} calls of {len(r['ops'])} ops "
+             f"(top {len(rows)} by host time)",
+             f"  {'op':<40} {'path':<9} {'calls/step':>10} {'host/step':>11} {'share':>6}"]
+    for o in rows:
+        lines.append(f"  {o['op']:<40} {o['path']:<9} {o['calls_per_step']:>10.4g} "
+                     f"{_ms(o['host_s_per_step']):>11} {o['share_of_step']:>6.1%}")
+    return lines
+
+
+def _fallbacks(r: dict) -> list[str]:
+    if not r["fallbacks"]:
+        return ["CPU fallbacks: none"]
+    lines = ["CPU fallbacks (ops outside the native set, run on the host with copies both ways):"]
+    for f in r["fallbacks"]:
+        lines.append(f"  {f['op']}: {f['calls_per_step']:.3g} calls/step, {_ms(f['host_s_per_step'])}/step "
+                     f"({f['share_of_step']:.1%} of the step's host time)")
+        for site in f["sites"][:3]:
+            lines.append(f"    {_where(site)}  {site.get('code', '')}")
+    return lines
+
+
+def _compilations(r: dict) -> list[str]:
+    e = r["eager_compilations"]
+    lines = [f"Eager kernels (each distinct op signature compiles on first use): {e['first_step']} in step 1, "
+             f"{e['total_signatures']} in all; new ones in later steps: {e['new_per_step'] or 'none'}"]
+    for churn in e["churn"][:TOP]:
+        lines.append(f"  shape churn: {churn['op']} at {_where(churn['site'])}: {churn['new_signatures']} new "
+                     f"signatures in {churn['steps_with_new']} steps, shapes {churn['example_shapes']}")
+    return lines
+
+
+def _compile(r: dict) -> list[str]:
+    c = r["torch_compile"]
+    if not c["used"]:
+        return ["torch.compile: not used"]
+    lines = [f"torch.compile: {c['graphs']} graph(s), {c['compiles']} compile(s) in {c['compile_seconds']:.2f} s, "
+             f"{c['graph_runs']} run(s), {sum(b['count'] for b in c['graph_breaks'])} graph break(s), "
+             f"{c['recompiles']} recompile(s)"]
+    for b in c["graph_breaks"][:TOP]:
+        lines.append(f"  graph break at {_where(b['site'])}: {b['reason']}")
+    for reason in c["recompile_reasons"][:TOP]:
+        lines.append(f"  recompile: {reason}")
+    for u in c["unlowered"][:TOP]:
+        lines.append(f"  no lowering: {u['op']} at {u['source']} ({u['graph']} graph)")
+    return lines
+
+
+def _memory(r: dict) -> list[str]:
+    m = r["memory"]
+    lines = [f"Memory: peak {_bytes(m['peak_bytes_per_core'])} per core"]
+    for t in m["targets"]:
+        verdict = "fits" if t["fits"] else (
+            f"does not fit: needs {t['cores_needed']} cores" + ("" if t["fits_sharded"] else
+                                                                 f", the instance has {t['cores_available']}"))
+        lines.append(f"  {t['instance']}: {_bytes(t['hbm_per_core_bytes'])} HBM per core: {verdict}")
+    for a in m["largest_allocations"][:3]:
+        lines.append(f"  largest: {_bytes(a['bytes'])} by {a['op']} at {_where(a['site'])}")
+    return lines
+
+
+def _hazards(r: dict) -> list[str]:
+    if not r["hazards"]:
+        return ["Hazards: none"]
+    lines = ["Hazards:"]
+    for h in r["hazards"]:
+        loop = ", in the step loop" if h["in_step_loop"] else ""
+        lines.append(f"  [{h['kind']}] {h['op']}: {h['calls_per_step']:.3g}/step{loop}: {h['detail']}")
+        for site in h["sites"][:2]:
+            lines.append(f"    {_where(site)}  {site.get('code', '')}")
+    return lines
+
+
+def _collectives(r: dict) -> list[str]:
+    if not r["collectives"]:
+        return []
+    lines = ["Collectives per step (per process):"]
+    for c in r["collectives"][:TOP]:
+        lines.append(f"  {c['op']}: {c['calls_per_step']:.3g} calls of {_bytes(c['bytes'])} "
+                     f"over {c['world_size']} ranks")
+    return lines
+
+
+def _estimates(r: dict) -> list[str]:
+    lines = ["Step time on Trainium (ESTIMATE from the recorded work; range = peak rates .. realistic "
+             "efficiency):"]
+    for e in r["estimates"]:
+        lines.append(f"  {e['instance']}: {_ms(e['low_s'])} .. {_ms(e['high_s'])} per step")
+        parts = ", ".join(f"{name} {_ms(low)}..{_ms(high)}" for name, (low, high) in e["by_class"].items()
+                          if high > 0)
+        if parts:
+            lines.append(f"    by class: {parts}")
+    assumptions = []
+    for e in r["estimates"]:
+        for line in e["assumptions"]:
+            if line not in assumptions:
+                assumptions.append(line)
+    lines.append("  assumptions:")
+    lines += [f"    - {a}" for a in assumptions]
+    return lines
+
+
+def _cost(r: dict) -> list[str]:
+    c = r["cost"]
+    lines = [f"Cost of finished work (unit: {c['unit']}, {c['units_per_step']:g} per step, from {c['units_source']}):"]
+    for row in c["rows"]:
+        lines.append("  " + _cost_row(row, c["unit"]))
+    return lines
+
+
+def _cost_row(row: dict, unit: str) -> str:
+    def span(value, fmt):
+        if value is None:
+            return "?"
+        if isinstance(value, (list, tuple)):
+            return " .. ".join(fmt(v) for v in value) if value[0] != value[1] else fmt(value[0])
+        return fmt(value)
+
+    price = "price unknown (pass --price)" if row.get("usd_per_hour") is None else f"${row['usd_per_hour']:g}/h"
+    text = (f"{row['name']}: {span(row.get('seconds_per_unit'), lambda v: f'{v:.3g} s')} per {unit}, "
+            f"{span(row.get('usd_per_million_units'), lambda v: f'${v:.4g}')} per million {unit}, {price}")
+    ratio = row.get("work_per_dollar_vs_baseline")
+    if ratio is not None:
+        text += f"; work per dollar vs baseline: {span(ratio, lambda v: f'{v:.2f}x')}"
+    return text

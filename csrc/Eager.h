@@ -98,12 +98,6 @@ class DirectOp {
     library.impl(schema_, std::forward<Kernel>(kernel));
   }
 
-  // One call of the op on the device, counted; for fast paths that are not
-  // taken while the audit records (csrc/FastOps.cpp).
-  void count() const {
-    counter_->fetch_add(1, std::memory_order_relaxed);
-  }
-
   // One call of the op on the device: counted, and recorded for the audit
   // until the returned object goes out of scope. The arguments are boxed only
   // while recording.

@@ -20,9 +20,8 @@ namespace {
 
 // The core `self` lives on, or -1 when the call needs the generic path.
 // `other` may be on the same core or a CPU scalar (a wrapped Python number).
-// While the audit records, every call takes the generic path, which records it.
 c10::DeviceIndex sameCore(const at::Tensor& self, const at::Tensor& other) {
-  if (self.device().type() != kNeuron || needsFp64Emulation(self) || recording()) {
+  if (self.device().type() != kNeuron || needsFp64Emulation(self)) {
     return -1;
   }
   if (other.device() == self.device()) {
@@ -43,7 +42,8 @@ at::Tensor generic(const DirectOp& op, Args&&... args) {
 // One out-of-place and one in-place kernel per binary op, with their ops
 // (NAME##Op, NAME##InplaceOp: counter and handle for the generic path).
 // at::cpu::NAME / NAME##_ are PyTorch's CPU kernels. A call counts itself
-// only on the fast path: the generic path counts the call under the same op.
+// and records itself only on the fast path: the generic path counts and records
+// the call under the same op.
 #define NEURON_BINARY_KERNELS(NAME, PARAMS, ARGS)                                           \
   DirectOp NAME##Op(#NAME ".Tensor");                                                        \
   DirectOp NAME##InplaceOp(#NAME "_.Tensor");                                                \
@@ -52,7 +52,7 @@ at::Tensor generic(const DirectOp& op, Args&&... args) {
     if (core < 0) {                                                                          \
       return generic(NAME##Op, self, other ARGS);                                            \
     }                                                                                        \
-    NAME##Op.count();                                                                        \
+    auto call = NAME##Op.enter(self, other ARGS);                                            \
     CaptureScope capture(core);                                                              \
     return adoptKernelResult(at::cpu::NAME(hostAlias(self), hostOperand(other) ARGS), core); \
   }                                                                                          \
@@ -61,7 +61,7 @@ at::Tensor generic(const DirectOp& op, Args&&... args) {
       generic(NAME##InplaceOp, self, other ARGS);                                            \
       return self;                                                                           \
     }                                                                                        \
-    NAME##InplaceOp.count();                                                                 \
+    auto call = NAME##InplaceOp.enter(self, other ARGS);                                     \
     at::Tensor alias = hostAlias(self);                                                      \
     at::cpu::NAME##_(alias, hostOperand(other) ARGS);                                        \
     return self;                                                                             \

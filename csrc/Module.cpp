@@ -180,6 +180,9 @@ PYBIND11_MODULE(_C, m) {
     return rows;
   }, "(id, calls, host nanoseconds) of every signature recorded so far.");
   m.def("_audit_calls", &tn::recordedCalls);
+  m.def("_audit_allocated", [](int device) {
+    return tn::neuronAllocator().allocatedBytes(static_cast<c10::DeviceIndex>(device));
+  }, "Bytes allocated on a core now (memory_allocated without building the whole stats dict).");
   m.def("_audit_take_window_peak", [](int device) {
     return tn::neuronAllocator().takeWindowPeak(static_cast<c10::DeviceIndex>(device));
   });

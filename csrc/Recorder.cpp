@@ -166,10 +166,11 @@ RecordedCall::RecordedCall(const c10::OperatorHandle& op, const c10::IValue* arg
     return;
   }
   ++t_depth;
-  std::string key;
-  key.reserve(96);
+  thread_local std::string key;  // reused: no allocation per call
+  key.clear();
   put(key, static_cast<const void*>(&op.schema()));
-  key.push_back(static_cast<char>(path));
+  // A fast kernel and the generic path run the same kernel: one signature.
+  key.push_back(path == CallPath::Fallback ? 'F' : 'N');
   for (size_t i = 0; i < count; ++i) {
     putValue(key, args[i]);
   }
@@ -177,14 +178,15 @@ RecordedCall::RecordedCall(const c10::OperatorHandle& op, const c10::IValue* arg
   std::unique_ptr<SignatureInfo> info;
   {
     std::lock_guard<std::mutex> lock(t.mutex);
-    auto& slot = t.entries[key];
-    if (!slot) {
-      slot = std::make_unique<SignatureEntry>();
-      slot->id = static_cast<int64_t>(t.by_id.size());
-      t.by_id.push_back(slot.get());
+    auto found = t.entries.find(key);
+    if (found == t.entries.end()) {
+      auto entry = std::make_unique<SignatureEntry>();
+      entry->id = static_cast<int64_t>(t.by_id.size());
+      t.by_id.push_back(entry.get());
+      found = t.entries.emplace(key, std::move(entry)).first;
       first_ = true;
     }
-    entry_ = slot.get();
+    entry_ = found->second.get();
   }
   if (first_) {
     info_ = std::make_unique<SignatureInfo>();
@@ -195,8 +197,10 @@ RecordedCall::RecordedCall(const c10::OperatorHandle& op, const c10::IValue* arg
       info_->args.push_back(describe(args[i]));
     }
   }
-  device_ = callDevice(args, count);
-  allocated_before_ = device_ >= 0 ? neuronAllocator().allocatedBytes(device_) : 0;
+  if (first_) {  // the memory a call allocates is reported for a signature's first call only
+    device_ = callDevice(args, count);
+    allocated_before_ = neuronAllocator().allocatedBytes(device_);
+  }
   start_ = std::chrono::steady_clock::now();
 }
 
@@ -217,8 +221,7 @@ RecordedCall::~RecordedCall() {
   t_in_callback = true;
   try {
     if (info_) {
-      info_->allocated =
-          (device_ >= 0 ? neuronAllocator().allocatedBytes(device_) : 0) - allocated_before_;
+      info_->allocated = neuronAllocator().allocatedBytes(device_) - allocated_before_;
       entry_->watched = t.on_signature(*info_);
     } else if (entry_->watched) {
       t.on_call(entry_->id);

@@ -362,3 +362,61 @@ def test_hazards_of(op, path, args, expected):
 ])
 def test_per_step(calls, first, steps, expected):
     assert report.per_step(calls, first, steps) == expected
+
+
+# ------------------------------------------------- torchrun, the HF Trainer
+
+
+def test_torchrun_ranks_merged_into_one_report(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc, data = _audit(tmp_path, sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                        "--master-addr", "127.0.0.1", "--master-port", str(port),
+                        str(ROOT / "examples" / "distributed_ddp.py"), "--steps", "4")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    schema.validate(data)
+    # The launcher imports torch too but never uses the device: it leaves no record.
+    assert [r["rank"] for r in data["ranks"]] == [0, 1]
+    assert all(r["steps"] == 4 and r["calls"] > 0 for r in data["ranks"])
+    # DDP all-reduces the gradients once per step: one bucket holding every parameter.
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        from distributed_ddp import make_model
+    finally:
+        sys.path.pop(0)
+    parameter_bytes = sum(p.numel() * p.element_size() for p in make_model().parameters())
+    grads = [c for c in data["collectives"] if c["op"] == "allreduce" and c["bytes"] == parameter_bytes]
+    assert grads and grads[0]["world_size"] == 2 and grads[0]["calls_per_step"] == 1, data["collectives"]
+    # Ops are summed over the ranks: each rank ran the same steps.
+    addmm = next(o for o in data["ops"] if o["op"] == "aten::addmm")
+    assert addmm["calls"] % 2 == 0 and addmm["calls"] > 0
+    assert data["estimates"][0]["by_class"]["collectives"][0] > 0
+
+
+TRAINER_SCRIPT = """
+    import sys
+    sys.path.insert(0, {tests!r})
+    from test_hf_training import CountingDataset, tiny_llama, training_args
+    from transformers import Trainer
+    args = training_args({out!r}, max_steps=3)
+    Trainer(model=tiny_llama(), args=args, train_dataset=CountingDataset()).train()
+"""
+
+
+def test_hf_trainer_tokens_per_step_detected(tmp_path):
+    script = _script(tmp_path, TRAINER_SCRIPT.format(tests=str(ROOT / "tests"), out=str(tmp_path / "out")))
+    proc, data = _audit(tmp_path, str(script), options=["--price", "trn2.3xlarge=2.5"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    schema.validate(data)
+    assert data["steps"]["count"] == 3 and data["steps"]["source"] == "optimizer"
+    # 4 sequences of 16 tokens per micro-batch, 2 micro-batches per optimizer step.
+    cost = data["cost"]
+    assert cost["unit"] == "tokens" and cost["units_per_step"] == 4 * 16 * 2, cost
+    assert "Trainer" in cost["units_source"]
+    trn2 = next(r for r in cost["rows"] if r["name"] == "trn2.3xlarge")
+    estimate = next(e for e in data["estimates"] if e["instance"] == "trn2.3xlarge")
+    assert trn2["seconds_per_unit"][0] == pytest.approx(estimate["low_s"] / 128, rel=1e-3)
+    assert "per million tokens" in proc.stdout

@@ -198,13 +198,19 @@ class Recording:
             "first_step": len(self.steps), "site": site_json(site), "hazards": hazards,
         }
         if hazards:
-            self.watched[sig_id] = {"sites": Counter({site: 1}), "steps": Counter({len(self.steps): 1})}
+            self.watched[sig_id] = {"sites": Counter(), "steps": Counter(), "site_steps": defaultdict(set)}
+            self._watched_call(sig_id, site)
         return bool(hazards)
 
     def _on_call(self, sig_id: int) -> None:
+        self._watched_call(sig_id, user_site())
+
+    def _watched_call(self, sig_id: int, site) -> None:
         watched = self.watched[sig_id]
-        watched["sites"][user_site()] += 1
-        watched["steps"][len(self.steps)] += 1
+        step = len(self.steps)
+        watched["sites"][site] += 1
+        watched["steps"][step] += 1
+        watched["site_steps"][site].add(step)
 
     # -- steps ---------------------------------------------------------------------
     def _optimizer_step(self, optimizer, args, kwargs) -> None:
@@ -236,7 +242,7 @@ class Recording:
             "end_s": round(time.perf_counter() - self._t0, 6),
             "calls": _C._audit_calls(),
             "memory_peak": [_C._audit_take_window_peak(d) for d in devices],
-            "memory_allocated": [torch.neuron.memory_allocated(d) for d in devices],
+            "memory_allocated": [_C._audit_allocated(d) for d in devices],
         })
         if len(self.steps) == 1:
             self._first_step_totals = _C._audit_signatures()
@@ -245,8 +251,10 @@ class Recording:
 
     # -- torch.compile ---------------------------------------------------------------
     def _collect_graph_breaks(self) -> None:
-        from torch._dynamo.utils import graph_break_reasons
-
+        utils = sys.modules.get("torch._dynamo.utils")
+        if utils is None:  # Dynamo never ran (importing it would cost seconds)
+            return
+        graph_break_reasons = utils.graph_break_reasons
         if len(graph_break_reasons) < self._breaks_seen:  # torch._dynamo.reset() cleared it
             self._breaks_seen = 0
         for reason in graph_break_reasons[self._breaks_seen:]:
@@ -292,7 +300,8 @@ class Recording:
                        host_ns_first_step=first.get(sig_id, (0, 0, 0))[2] if first else host_ns)
             watched = self.watched.get(sig_id)
             if watched:
-                row["sites"] = [dict(site_json(s) or {}, calls=n) for s, n in watched["sites"].most_common()]
+                row["sites"] = [dict(site_json(s) or {}, calls=n, steps=len(watched["site_steps"][s]))
+                                for s, n in watched["sites"].most_common()]
                 row["calls_by_step"] = {str(k): v for k, v in sorted(watched["steps"].items())}
             signatures.append(row)
         devices = range(torch.neuron.device_count())
@@ -317,7 +326,7 @@ class Recording:
                              [s["memory_peak"][d] for s in self.steps]) for d in devices],
                 "allocated_at_exit": [torch.neuron.memory_allocated(d) for d in devices],
             },
-            "compile": metrics.snapshot(),
+            "compile": metrics.snapshot() if "torch._dynamo.utils" in sys.modules else _NO_COMPILE,
             "graphs": list(self.graphs.values()),
             "graph_breaks": [{"reason": reason, "site": site_json(site), "count": n}
                              for (reason, site), n in self.graph_breaks.most_common()],
@@ -367,6 +376,14 @@ class Recording:
         with open(path + ".tmp", "w") as f:
             json.dump(progress, f)
         os.replace(path + ".tmp", path)
+
+
+# The compiler's counters in a process where Dynamo never ran (metrics.snapshot()
+# would import it, which takes seconds).
+_NO_COMPILE = {"compiles": 0, "compile_seconds": 0.0, "cache_hits_memory": 0, "cache_hits_disk": 0,
+               "cache_hits_corrupt": 0, "cache_hits_aot": 0, "cache_evictions": 0, "forward_graphs": 0,
+               "backward_graphs": 0, "inference_graphs": 0, "graph_breaks": 0, "recompiles": 0,
+               "recompile_reasons": []}
 
 
 def _cost_analysis(executable) -> dict:

@@ -179,8 +179,11 @@ def _merge_sites(sigs: list[dict]) -> list[dict]:
             if not site.get("file"):
                 continue
             key = (site["file"], site["line"], site.get("backward", False))
-            entry = merged.setdefault(key, dict(site, calls=0))
+            entry = merged.setdefault(key, dict(site, calls=0, steps=0))
             entry["calls"] += site["calls"]
+            entry["steps"] = max(entry["steps"], site.get("steps", 0))
+    for entry in merged.values():
+        entry["in_step_loop"] = entry["steps"] >= 2  # the line runs in more than one step
     return sorted(merged.values(), key=lambda s: -s["calls"])
 
 
@@ -321,12 +324,12 @@ def _hazards(signatures: list[dict], records: list[dict], targets: list[str], co
             detail = f"FP8 compute needs Trainium3; not available on {', '.join(without)}"
         else:
             detail = HAZARD_TEXT[kind]
-        steps_with_calls = {k for s in sigs for k in (s.get("calls_by_step") or {})}
+        sites = _merge_sites(sigs)
         rows.append({"kind": kind, "op": op, "detail": detail,
                      "calls": sum(s["calls"] for s in sigs),
                      "calls_per_step": sum(s["calls_per_step"] for s in sigs),
-                     "in_step_loop": len(steps_with_calls) >= 2,
-                     "sites": _merge_sites(sigs)})
+                     "in_step_loop": any(site["in_step_loop"] for site in sites),
+                     "sites": sites})
     for reason in compiled["recompile_reasons"]:
         if any(word in reason for word in ("size", "shape", "stride")):
             rows.append({"kind": "dynamic_shape", "op": "torch.compile", "detail": reason, "calls": 1,
@@ -418,9 +421,13 @@ def _actions(report: dict) -> list[dict]:
                        "buckets (e.g. padding='max_length' or pad_to_multiple_of=64 in the tokenizer); the "
                        "eager_compilations section lists each churning op and line.")})
     for row in report["hazards"]:
-        site = row["sites"][0] if row["sites"] else None
-        if row["kind"] == "host_sync" and not row["in_step_loop"]:
-            continue
+        if row["kind"] == "host_sync":  # a sync outside the loop (setup, the end) costs once
+            in_loop = [site for site in row["sites"] if site["in_step_loop"]]
+            if not in_loop:
+                continue
+            site = in_loop[0]
+        else:
+            site = row["sites"][0] if row["sites"] else None
         remedy = {
             "host_sync": "read values on the host once every N steps (accumulate on the device), not every step",
             "float64": "use float32 (or keep this float64 computation on the CPU)",

@@ -29,7 +29,7 @@ def _array(items: dict) -> dict:
 
 SITE = {"anyOf": [{"type": "null"}, _object(
     {"file": _STR, "line": _INT, "function": _STR, "backward": _BOOL, "code": _STR},
-    {"calls": _INT})]}
+    {"calls": _INT, "steps": _INT, "in_step_loop": _BOOL})]}
 
 ACTION = _object({"rank": _INT, "kind": {"enum": ["fallback", "shape_churn", "host_sync", "float64",
                                                   "data_dependent_shape", "fp8", "dynamic_shape",

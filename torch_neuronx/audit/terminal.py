@@ -133,8 +133,9 @@ def _hazards(r: dict) -> list[str]:
     for h in r["hazards"]:
         loop = ", in the step loop" if h["in_step_loop"] else ""
         lines.append(f"  [{h['kind']}] {h['op']}: {h['calls_per_step']:.3g}/step{loop}: {h['detail']}")
-        for site in h["sites"][:2]:
-            lines.append(f"    {_where(site)}  {site.get('code', '')}")
+        for site in h["sites"][:3]:
+            loop = f"{site['calls']} calls in {site['steps']} steps" if site.get("steps") else f"{site['calls']} calls"
+            lines.append(f"    {_where(site)}  {site.get('code', '')}  ({loop})")
     return lines
 
 
@@ -142,7 +143,7 @@ def _collectives(r: dict) -> list[str]:
     if not r["collectives"]:
         return []
     lines = ["Collectives per step (per process):"]
-    for c in r["collectives"][:TOP]:
+    for c in [c for c in r["collectives"] if c["calls_per_step"] > 0][:TOP]:
         lines.append(f"  {c['op']}: {c['calls_per_step']:.3g} calls of {_bytes(c['bytes'])} "
                      f"over {c['world_size']} ranks")
     return lines

@@ -476,19 +476,25 @@ def _tensor_bytes(value: Any) -> int:
     return 0
 
 
+# Collectives whose arguments are (outputs, inputs, ...): the inputs are what a rank sends.
+_OUTPUT_FIRST = ("allgather", "_allgather", "reduce_scatter", "_reduce_scatter", "gather_", "scatter_",
+                 "alltoall")
+
+
 def _audited(name: str, kernel: Callable[..., Any]) -> Callable[..., Any]:
     """`kernel`, telling `torch-neuronx audit` (when it records) the collective's
-    name, bytes (its first argument's tensors: the data each rank contributes)
-    and group size."""
+    name, the bytes this rank sends and the group's size."""
     from torch_neuronx.audit import recorder
+
+    data = 1 if name.startswith(_OUTPUT_FIRST) else 0
 
     @functools.wraps(kernel)
     def run(*args, **kwargs):
         audit = recorder.ACTIVE
-        if audit is not None and args:
-            group = kwargs.get("process_group", args[1] if len(args) > 1 else None)
-            size = group.size() if hasattr(group, "size") else 1
-            audit.collective(name.rstrip("_"), _tensor_bytes(args[0]), size)
+        if audit is not None and len(args) > data:
+            group = next((a for a in args if isinstance(a, torch.ScriptObject)), None)
+            size = c10d.ProcessGroup.unbox(group).size() if group is not None else 1
+            audit.collective(name.strip("_"), _tensor_bytes(args[data]), size)
         return kernel(*args, **kwargs)
 
     return run

@@ -343,3 +343,20 @@ def test_default_prices_are_sourced_dated_and_for_known_instances():
         assert name in PROFILES
         assert entry["usd_per_hour"] > 0 and math.isfinite(entry["usd_per_hour"])
         assert "http" in entry["source"] and entry["read"].count("-") == 2
+
+
+def test_cpu_flash_attention_counts_the_attention_flops():
+    """The device runs SDPA as the CPU flash kernel, which PyTorch's FLOP counter
+    has no formula for: its FLOPs are those of the attention (sdpa formulas)."""
+    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+
+    q = {"dtype": "bfloat16", "shape": [2, 4, 128, 64], "device": "neuron:0"}
+    k = dict(q, shape=[2, 4, 256, 64])
+    work = est.op_work("aten::_scaled_dot_product_flash_attention_for_cpu", [q, k, k, 0.0, False, None, None])
+    assert work["flops"] == sdpa_flop_count([2, 4, 128, 64], [2, 4, 256, 64], [2, 4, 256, 64]) > 0
+    assert work["engine"] == "tensor"
+    back = est.op_work("aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+                            [q, q, k, k, q, {"dtype": "float32", "shape": [2, 4, 128], "device": "neuron:0"},
+                             0.0, False, None, None])
+    assert back["flops"] == sdpa_backward_flop_count([2, 4, 128, 64], [2, 4, 128, 64], [2, 4, 256, 64],
+                                                     [2, 4, 256, 64]) > 0

@@ -17,6 +17,7 @@ import warnings
 from dataclasses import dataclass
 
 import torch
+from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
 from torch_neuronx.neuron.profiles import PROFILES, InstanceProfile
@@ -251,7 +252,25 @@ def _compute_work(op: str, args: list) -> dict:
             continue
         nbytes, ran = in_bytes + out_bytes, True
         break
+    if not flops and name in _SDPA_FORMULAS:
+        flops = _SDPA_FORMULAS[name](args)
     return {"flops": flops, "bytes": nbytes, "engine": _engine(name, flops, nbytes), "meta": ran}
+
+
+def _shape(arg) -> list[int]:
+    return list(arg["shape"])
+
+
+# The fused attention the device selects for scaled_dot_product_attention (the CPU
+# flash kernel, csrc/Kernels.cpp sdpaChoice) has no formula in PyTorch's FLOP
+# counter; its FLOPs are those of the attention it computes, PyTorch's sdpa formulas.
+_SDPA_FORMULAS = {
+    "_scaled_dot_product_flash_attention_for_cpu":
+        lambda a: int(flop_counter.sdpa_flop_count(_shape(a[0]), _shape(a[1]), _shape(a[2]))),
+    "_scaled_dot_product_flash_attention_for_cpu_backward":
+        lambda a: int(flop_counter.sdpa_backward_flop_count(_shape(a[0]), _shape(a[1]), _shape(a[2]),
+                                                            _shape(a[3]))),
+}
 
 
 # --- rates of one logical core -----------------------------------------------------------------

@@ -11,3 +11,11 @@ command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 # torch first: the extension builds against it without build isolation.
 .venv/bin/python -m pip install -q torch==2.13.0
 .venv/bin/python -m pip install -q --no-build-isolation -e ".[test,hf,audit]"
+# Headless Chromium (Debian's package) for tests/test_audit_html.py, which opens the
+# audit's HTML report in a browser. Only as root with apt; a no-op once installed.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q chromium >/dev/null 2>&1 \
+        || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; } \
+        || echo "setup.sh: could not install chromium; tests/test_audit_html.py needs it" >&2
+fi

@@ -420,3 +420,44 @@ def test_hf_trainer_tokens_per_step_detected(tmp_path):
     estimate = next(e for e in data["estimates"] if e["instance"] == "trn2.3xlarge")
     assert trn2["seconds_per_unit"][0] == pytest.approx(estimate["low_s"] / 128, rel=1e-3)
     assert "per million tokens" in proc.stdout
+
+
+def test_report_fields_are_the_documented_ones(example):
+    """docs/tools.md's table of the report's fields names exactly its top-level fields."""
+    import re
+
+    text = (ROOT / "docs" / "tools.md").read_text()
+    section = text.split("### The report (JSON)", 1)[1].split("\n### ", 1)[0]
+    documented = set()
+    for first_cell in re.findall(r"^\| ([^|]+) \|", section, re.MULTILINE):
+        documented.update(re.findall(r"`([a-z_]+)(?:\[\])?`", first_cell))
+    documented.discard("Field")
+    _, data = example
+    assert documented == set(data), documented ^ set(data)
+    assert documented == set(schema.SCHEMA["properties"])
+
+
+def test_bench_audit_quick_runs(tmp_path):
+    """The overhead benchmark runs end to end (timings are not asserted here)."""
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_audit.py"), "--quick", "--json", str(out)],
+                          env=_env(tmp_path), capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cases = json.loads(out.read_text())["cases"]
+    assert len(cases) == 3
+    for case in cases.values():
+        assert case["plain_s"] > 0 and case["recorded_s"] > 0 and case["p25"] <= case["ratio"] <= case["p75"]
+
+
+def test_progress_line_sums_the_processes(tmp_path, capsys):
+    """While the command runs, the audit shows one line (on a terminal): elapsed,
+    steps, ops and fallback ops, read from the processes' progress files."""
+    from torch_neuronx.cli import audit as audit_command
+
+    for pid, state in ((11, {"steps": 3, "calls": 100, "fallback_ops": 1}),
+                       (12, {"steps": 2, "calls": 50, "fallback_ops": 2})):
+        (tmp_path / f"progress-{pid}.json").write_text(json.dumps(state))
+    (tmp_path / "progress-13.json").write_text("{half written")  # being replaced: skipped
+    audit_command._Progress(str(tmp_path)).show()
+    line = capsys.readouterr().err
+    assert line.startswith("\raudit: ") and "steps 3" in line and "ops 150" in line and "fallback ops 2" in line

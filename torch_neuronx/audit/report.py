@@ -15,6 +15,7 @@ process's own numbers.
 from __future__ import annotations
 
 import math
+import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -156,8 +157,10 @@ def _rank_summary(record: dict) -> dict:
 def _ops(signatures: list[dict]) -> list[dict]:
     grouped: dict[tuple, dict] = {}
     for sig in signatures:
-        row = grouped.setdefault((sig["op"], sig["path"]), {
-            "op": sig["op"], "path": sig["path"], "calls": 0, "calls_per_step": 0.0,
+        # A direct kernel is the native op's fast path: one row per op and native/fallback.
+        path = "fallback" if sig["path"] == "fallback" else "native"
+        row = grouped.setdefault((sig["op"], path), {
+            "op": sig["op"], "path": path, "calls": 0, "calls_per_step": 0.0,
             "host_s": 0.0, "host_s_per_step": 0.0, "signatures": 0})
         row["calls"] += sig["calls"]
         row["calls_per_step"] += sig["calls_per_step"]
@@ -357,8 +360,9 @@ def _estimates(record: dict, targets: list[str]) -> list[dict]:
     graphs = [{"name": g["name"], "runs_per_step": g["runs"] / steps, "flops": g["flops"],
                "bytes_accessed": g["bytes_accessed"], "host_ns_per_run": g["host_s"] * 1e9 / max(1, g["runs"])}
               for g in record["graphs"]]
-    mode = "compiled" if graphs else "eager"
-    return [estimate.estimate_step(signatures, graphs, collectives, PROFILES[name], mode=mode)
+    # Every recorded signature is an eager call (compiled graphs run as XLA executables,
+    # recorded as graphs): each one is a launch, whether the script also compiles or not.
+    return [estimate.estimate_step(signatures, graphs, collectives, PROFILES[name], mode="eager")
             for name in targets]
 
 
@@ -392,9 +396,13 @@ def _cost(estimates: list[dict], options: Options, record: dict, steps: int) -> 
 # ------------------------------------------------------------------- verdict
 
 def _site_text(site: dict | None) -> str:
+    """file:line, relative to the working directory when the file is under it."""
     if not site or not site.get("file"):
         return "(unknown line)"
-    return f"{site['file']}:{site['line']}" + (" (backward)" if site.get("backward") else "")
+    path = site["file"]
+    if os.path.isabs(path) and path.startswith(os.path.join(os.getcwd(), "")):
+        path = os.path.relpath(path)
+    return f"{path}:{site['line']}" + (" (backward)" if site.get("backward") else "")
 
 
 def _actions(report: dict) -> list[dict]:

@@ -35,7 +35,13 @@ def _bytes(n: float) -> str:
 
 
 def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:.3g} ms"
+    """A duration in the unit that reads best: ns, us, ms or s."""
+    if seconds is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds * 1e9:.3g} ns"
 
 
 def _header(r: dict) -> list[str]:

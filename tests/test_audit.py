@@ -461,3 +461,100 @@ def test_progress_line_sums_the_processes(tmp_path, capsys):
     audit_command._Progress(str(tmp_path)).show()
     line = capsys.readouterr().err
     assert line.startswith("\raudit: ") and "steps 3" in line and "ops 150" in line and "fallback ops 2" in line
+
+
+GENERATE_SCRIPT = """
+    import sys
+    sys.path.insert(0, {tests!r})
+    import torch
+    from test_hf_training import tiny_llama
+    model = tiny_llama().eval()
+    prompt = torch.randint(1, 100, (2, 5))
+    model.generate(prompt, max_new_tokens=2, do_sample=False)  # on the CPU: not counted
+    model = model.to("neuron")
+    for _ in range(3):
+        model.generate(prompt.to("neuron"), max_new_tokens=4, do_sample=False)
+"""
+
+
+def test_generate_new_tokens_per_step_detected(tmp_path):
+    script = _script(tmp_path, GENERATE_SCRIPT.format(tests=str(ROOT / "tests")))
+    proc, data = _audit(tmp_path, str(script))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    schema.validate(data)
+    assert data["steps"]["count"] == 3 and data["steps"]["source"] == "generate"
+    assert data["cost"]["unit"] == "new tokens" and data["cost"]["units_per_step"] == 2 * 4
+    # Each decoding step attends over one more position: new kernels in every call
+    # of the first generate, none in the later ones (same prompt length).
+    assert data["eager_compilations"]["first_step"] > 0
+    assert data["eager_compilations"]["new_per_step"] == [0, 0]
+
+
+RECOMPILE_SCRIPT = """
+    import torch
+    f = torch.compile(lambda x: (x * 2).sin().sum(), backend="neuron")
+    for n in (4, 5, 6):
+        f(torch.randn(n, device="neuron"))
+        torch_neuronx_audit_step()
+"""
+
+
+def test_recompiles_on_new_shapes_are_a_dynamic_shape_hazard(tmp_path):
+    script = _script(tmp_path, RECOMPILE_SCRIPT.replace(
+        "torch_neuronx_audit_step()", "__import__('torch_neuronx.audit').audit.mark_step()"))
+    proc, data = _audit(tmp_path, str(script))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    schema.validate(data)
+    compiled = data["torch_compile"]
+    assert compiled["recompiles"] == 2 and compiled["graph_runs"] == 3, compiled
+    dynamic = [h for h in data["hazards"] if h["kind"] == "dynamic_shape"]
+    assert len(dynamic) == 2 and all("size" in h["detail"] for h in dynamic), data["hazards"]
+    assert "dynamic_shape" in {a["kind"] for a in data["verdict"]["actions"]}
+
+
+# ------------------------------------------------ report logic on synthetic records
+
+
+def _record(**overrides) -> dict:
+    """A minimal record as recorder.Recording.record() writes it."""
+    base = {
+        "record_version": 1, "pid": 1, "argv": ["x.py"], "rank": 0, "instance": "trn2.3xlarge", "lnc": 2,
+        "hbm_per_core": 24 * 2**30, "fallback_mode": "warn", "fp64_mode": "emulate", "started": 0.0,
+        "duration_s": 1.0, "exception": None, "interrupted": False, "step_source": "optimizer",
+        "steps": [{"units": 0, "end_s": 1.0, "calls": 1, "memory_peak": [0], "memory_allocated": [0]}],
+        "calls": 1, "signatures": [], "memory": {"peak": [0], "allocated_at_exit": [0]},
+        "compile": dict(recorder._NO_COMPILE), "graphs": [], "graph_breaks": [], "unlowered": [],
+        "collectives": [], "units": {},
+    }
+    base.update(overrides)
+    return base
+
+
+def _build(records, **options):
+    return report.build(records, report.Options(**options), command=["x.py"], exit_code=0,
+                        interrupted=False, wall_s=1.0)
+
+
+@pytest.mark.parametrize("peak_gib, fits, needed, status", [
+    (20, True, 1, "ready"),
+    (40, False, 2, "ready_after_fixes"),      # shard over 2 of trn2.3xlarge's 4 cores
+    (200, False, 9, "blocked"),               # more than the 4 cores of either target
+])
+def test_memory_fit_and_smallest_sharding(peak_gib, fits, needed, status):
+    data = _build([_record(memory={"peak": [peak_gib * 2**30], "allocated_at_exit": [0]})])
+    schema.validate(data)
+    trn2 = next(t for t in data["memory"]["targets"] if t["instance"] == "trn2.3xlarge")
+    assert trn2["fits"] is fits and trn2["cores_needed"] == needed
+    assert trn2["fits_sharded"] is (needed <= 4)
+    assert data["verdict"]["status"] == status
+
+
+def test_fp8_is_a_hazard_only_for_targets_without_fp8():
+    sig = {"id": 0, "op": "aten::mm", "path": "native", "allocated": 0, "first_step": 0, "site": None,
+           "args": [{"dtype": "float8_e4m3fn", "shape": [16, 16], "device": "neuron:0"}] * 2,
+           "hazards": ["fp8"], "calls": 2, "host_ns": 100, "calls_first_step": 1, "host_ns_first_step": 50}
+    both = _build([_record(signatures=[sig], steps=[_record()["steps"][0]] * 2)])
+    fp8 = [h for h in both["hazards"] if h["kind"] == "fp8"]
+    assert len(fp8) == 1 and "trn2.3xlarge" in fp8[0]["detail"] and "trn3" not in fp8[0]["detail"]
+    trn3_only = _build([_record(signatures=[sig])], targets=["trn3.3xlarge"])
+    assert not [h for h in trn3_only["hazards"] if h["kind"] == "fp8"]

@@ -5,8 +5,8 @@ can say what a token costs without --units-per-step:
   micro-batch's `attention_mask` (its ones: padding is not work) or, without
   one, the elements of `input_ids` (gradient accumulation sums the micro-batches
   of one step);
-- `generate`: new tokens (output length minus prompt length, times the batch);
-  each `generate` call is a step when no optimizer marks steps.
+- `generate` on the neuron device: new tokens (output length minus prompt
+  length, times the batch); each call is a step when no optimizer marks steps.
 
 Registered only while the audit records (recorder.Recording.start): the patches
 count and call the original, nothing else. They go through the integrations'
@@ -60,7 +60,7 @@ def _count_generated_tokens(module: ModuleType) -> None:
     def build(generate):
         def generate_counting_tokens(self, *args, **kwargs):
             output = generate(self, *args, **kwargs)
-            if recorder.ACTIVE is not None:
+            if recorder.ACTIVE is not None and getattr(self.device, "type", None) == "neuron":
                 prompt = kwargs.get("input_ids", args[0] if args else None)
                 sequences = getattr(output, "sequences", output)
                 if hasattr(sequences, "shape") and hasattr(prompt, "shape") and sequences.dim() == 2:

@@ -28,6 +28,7 @@ PROG = "torch-neuronx"
 COMMANDS = {
     "info": "info",
     "audit": "audit",
+    "ops": "ops",
 }
 
 

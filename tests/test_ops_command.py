@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import warnings
@@ -228,6 +229,16 @@ def test_summary_counts(capsys):
     assert code == 0
     assert f"native {report['eager']['native']}, direct {report['eager']['direct']}" in text
     assert "torch-neuronx ops NAME" in text  # the hint
+
+
+def test_json_fields_are_documented(capsys):
+    section = (ROOT / "docs" / "tools.md").read_text().split("\n## ops\n", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"`([a-z_0-9]+)(?:\[\])?`", section))
+    code, out, _ = _ops(capsys, "--json")
+    fields = set(json.loads(out))
+    record = _record(capsys, "add")
+    fields |= set(record) | set(record["dtypes"]) | set(record["overloads"][0])
+    assert fields <= documented, fields - documented
 
 
 def test_all_lists_every_op(capsys):

@@ -36,3 +36,28 @@ def fresh_dynamo():
     torch_neuronx.reset_dynamo_metrics()
     yield
     torch._dynamo.reset()
+
+
+@pytest.fixture(scope="session")
+def porting_audit(tmp_path_factory):
+    """`torch-neuronx audit --json --html -- examples/porting_audit.py`, run once as a
+    user would (a subprocess) for tests/test_audit.py and tests/test_audit_html.py:
+    (the CompletedProcess, the report dict, the HTML page's path)."""
+    import json
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    tmp = tmp_path_factory.mktemp("porting_audit")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_NEURONX_", "NEURON_"))}
+    env.update(TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp / "cache"), TORCH_NEURONX_FALLBACK="silent")
+    json_path, html_path = tmp / "report.json", tmp / "report.html"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch_neuronx", "audit", "--json", str(json_path), "--html", str(html_path),
+         "--", "examples/porting_audit.py"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert html_path.exists(), "the CLI wrote no HTML file"
+    return proc, json.loads(json_path.read_text()), html_path

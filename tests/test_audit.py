@@ -31,12 +31,31 @@ def _env(tmp_path, **variables) -> dict:
     return env
 
 
-def _audit(tmp_path, *command, options=(), timeout=300) -> tuple[subprocess.CompletedProcess, dict | None]:
-    out = tmp_path / "report.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch_neuronx", "audit", "--json", str(out), *options, "--", *command],
-        env=_env(tmp_path), capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-    return proc, (json.loads(out.read_text()) if out.exists() else None)
+@pytest.fixture
+def audit(tmp_path, capfd, monkeypatch):
+    """`torch-neuronx audit` run in this process (the command it audits still runs as a
+    child process): the same code path as the console script without starting a second
+    interpreter for the audit itself. Returns (result with returncode/stdout/stderr, report)."""
+    from types import SimpleNamespace
+
+    from torch_neuronx import cli
+
+    def run(*command, options=()):
+        for name in list(os.environ):
+            if name.startswith(("TORCH_NEURONX_", "NEURON_")):
+                monkeypatch.delenv(name)
+        for name, value in _env(tmp_path).items():
+            if name.startswith("TORCH_NEURONX_"):
+                monkeypatch.setenv(name, value)
+        monkeypatch.chdir(ROOT)
+        out = tmp_path / "report.json"
+        capfd.readouterr()
+        code = cli.main(["audit", "--json", str(out), *options, "--", *command])
+        captured = capfd.readouterr()
+        result = SimpleNamespace(returncode=code, stdout=captured.out, stderr=captured.err)
+        return result, (json.loads(out.read_text()) if out.exists() else None)
+
+    return run
 
 
 def _line_of(path: pathlib.Path, marker: str) -> int:
@@ -52,11 +71,9 @@ def _lines(sites) -> set[int]:
 
 
 @pytest.fixture(scope="module")
-def example(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("audit")
-    proc, data = _audit(tmp, str(EXAMPLE))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert data is not None
+def example(porting_audit):
+    """The example script audited through the CLI (conftest.py runs it once)."""
+    proc, data, _ = porting_audit
     return proc, data
 
 
@@ -205,17 +222,17 @@ TRAIN_STEPS = """
 """
 
 
-def test_exit_code_is_the_commands(tmp_path):
+def test_exit_code_is_the_commands(audit, tmp_path):
     script = _script(tmp_path, TRAIN_STEPS.format(after_step="if step == 2: sys.exit(3)"))
-    proc, data = _audit(tmp_path, str(script))
+    proc, data = audit(str(script))
     assert proc.returncode == 3, proc.stderr[-2000:]
     schema.validate(data)
     assert data["exit_code"] == 3 and data["status"] == "failed" and data["steps"]["count"] == 3
 
 
-def test_failing_command_gets_a_report_with_its_traceback(tmp_path):
+def test_failing_command_gets_a_report_with_its_traceback(audit, tmp_path):
     script = _script(tmp_path, TRAIN_STEPS.format(after_step="if step == 1: raise RuntimeError('boom at step 1')"))
-    proc, data = _audit(tmp_path, str(script))
+    proc, data = audit(str(script))
     assert proc.returncode == 1
     schema.validate(data)
     assert data["status"] == "failed" and "RuntimeError: boom at step 1" in data["exception"]
@@ -225,10 +242,10 @@ def test_failing_command_gets_a_report_with_its_traceback(tmp_path):
     assert "boom at step 1" in proc.stdout  # the summary shows the exception
 
 
-def test_interrupted_command_gets_a_partial_report(tmp_path):
+def test_interrupted_command_gets_a_partial_report(audit, tmp_path):
     script = _script(tmp_path, TRAIN_STEPS.format(
         after_step="if step == 1: os.kill(os.getpid(), signal.SIGINT)"))
-    proc, data = _audit(tmp_path, str(script))
+    proc, data = audit(str(script))
     assert proc.returncode == 130, (proc.returncode, proc.stderr[-2000:])
     schema.validate(data)
     assert data["status"] == "interrupted" and "KeyboardInterrupt" in data["exception"]
@@ -236,9 +253,9 @@ def test_interrupted_command_gets_a_partial_report(tmp_path):
     assert any("interrupted" in reason for reason in data["verdict"]["reasons"])
 
 
-def test_no_device_use_is_an_error_not_an_empty_report(tmp_path):
+def test_no_device_use_is_an_error_not_an_empty_report(audit, tmp_path):
     script = _script(tmp_path, "import torch\nprint('no device here')\n")
-    proc, data = _audit(tmp_path, str(script))
+    proc, data = audit(str(script))
     assert proc.returncode == 1 and data is None
     assert proc.stderr.count("\n") == 1 and "nothing to report" in proc.stderr
 
@@ -250,10 +267,10 @@ def test_no_device_use_is_an_error_not_an_empty_report(tmp_path):
     (["--instance", "trn9.huge"], "not a known instance profile"),
     (["--units-per-step", "0"], "positive"),
 ])
-def test_bad_options_fail_before_running(tmp_path, options, needle):
+def test_bad_options_fail_before_running(audit, tmp_path, options, needle):
     marker = tmp_path / "ran"
     script = _script(tmp_path, f"open({str(marker)!r}, 'w').close()\n")
-    proc, _ = _audit(tmp_path, str(script), options=options)
+    proc, _ = audit(str(script), options=options)
     assert proc.returncode == 1 and needle in proc.stderr, proc.stderr
     assert proc.stderr.startswith("torch-neuronx: error:") and proc.stderr.count("\n") == 1
     assert not marker.exists()
@@ -268,9 +285,9 @@ def test_missing_command(tmp_path):
     assert proc.returncode == 1 and "cannot run 'no-such-program-xyz'" in proc.stderr
 
 
-def test_units_per_step_and_baseline_give_cost_per_unit(tmp_path):
+def test_units_per_step_and_baseline_give_cost_per_unit(audit, tmp_path):
     script = _script(tmp_path, TRAIN_STEPS.format(after_step="pass"))
-    proc, data = _audit(tmp_path, str(script), options=[
+    proc, data = audit(str(script), options=[
         "--units-per-step", "1000", "--unit", "samples", "--price", "trn2.3xlarge=2.0",
         "--baseline", "gpu:0.001:4.0"])
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -367,13 +384,13 @@ def test_per_step(calls, first, steps, expected):
 # ------------------------------------------------- torchrun, the HF Trainer
 
 
-def test_torchrun_ranks_merged_into_one_report(tmp_path):
+def test_torchrun_ranks_merged_into_one_report(audit, tmp_path):
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc, data = _audit(tmp_path, sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+    proc, data = audit(sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                         "--master-addr", "127.0.0.1", "--master-port", str(port),
                         str(ROOT / "examples" / "distributed_ddp.py"), "--steps", "4")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -406,9 +423,9 @@ TRAINER_SCRIPT = """
 """
 
 
-def test_hf_trainer_tokens_per_step_detected(tmp_path):
+def test_hf_trainer_tokens_per_step_detected(audit, tmp_path):
     script = _script(tmp_path, TRAINER_SCRIPT.format(tests=str(ROOT / "tests"), out=str(tmp_path / "out")))
-    proc, data = _audit(tmp_path, str(script), options=["--price", "trn2.3xlarge=2.5"])
+    proc, data = audit(str(script), options=["--price", "trn2.3xlarge=2.5"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     schema.validate(data)
     assert data["steps"]["count"] == 3 and data["steps"]["source"] == "optimizer"
@@ -477,9 +494,9 @@ GENERATE_SCRIPT = """
 """
 
 
-def test_generate_new_tokens_per_step_detected(tmp_path):
+def test_generate_new_tokens_per_step_detected(audit, tmp_path):
     script = _script(tmp_path, GENERATE_SCRIPT.format(tests=str(ROOT / "tests")))
-    proc, data = _audit(tmp_path, str(script))
+    proc, data = audit(str(script))
     assert proc.returncode == 0, proc.stderr[-3000:]
     schema.validate(data)
     assert data["steps"]["count"] == 3 and data["steps"]["source"] == "generate"
@@ -499,10 +516,10 @@ RECOMPILE_SCRIPT = """
 """
 
 
-def test_recompiles_on_new_shapes_are_a_dynamic_shape_hazard(tmp_path):
+def test_recompiles_on_new_shapes_are_a_dynamic_shape_hazard(audit, tmp_path):
     script = _script(tmp_path, RECOMPILE_SCRIPT.replace(
         "torch_neuronx_audit_step()", "__import__('torch_neuronx.audit').audit.mark_step()"))
-    proc, data = _audit(tmp_path, str(script))
+    proc, data = audit(str(script))
     assert proc.returncode == 0, proc.stderr[-3000:]
     schema.validate(data)
     compiled = data["torch_compile"]

@@ -35,17 +35,11 @@ def _env(tmp_path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def audited(tmp_path_factory):
-    """(report dict, path of the HTML page) of the example porting script, through the CLI."""
-    tmp = tmp_path_factory.mktemp("audit_html")
-    json_path, html_path = tmp / "report.json", tmp / "report.html"
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch_neuronx", "audit", "--quiet", "--json", str(json_path),
-         "--html", str(html_path), "--", "examples/porting_audit.py"],
-        cwd=ROOT, env=_env(tmp), capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert html_path.exists(), "the CLI wrote no HTML file"
-    return json.loads(json_path.read_text()), html_path
+def audited(porting_audit):
+    """(report dict, path of the HTML page) of the example porting script, through the CLI
+    (conftest.py runs it once for this file and tests/test_audit.py)."""
+    _, report, html_path = porting_audit
+    return report, html_path
 
 
 def _crashed(report: dict) -> dict:

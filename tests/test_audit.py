@@ -40,11 +40,11 @@ def audit(tmp_path, capfd, monkeypatch):
 
     from torch_neuronx import cli
 
-    def run(*command, options=()):
+    def run(*command, options=(), env=None):
         for name in list(os.environ):
             if name.startswith(("TORCH_NEURONX_", "NEURON_")):
                 monkeypatch.delenv(name)
-        for name, value in _env(tmp_path).items():
+        for name, value in _env(tmp_path, **(env or {})).items():
             if name.startswith("TORCH_NEURONX_"):
                 monkeypatch.setenv(name, value)
         monkeypatch.chdir(ROOT)
@@ -575,3 +575,28 @@ def test_fp8_is_a_hazard_only_for_targets_without_fp8():
     assert len(fp8) == 1 and "trn2.3xlarge" in fp8[0]["detail"] and "trn3" not in fp8[0]["detail"]
     trn3_only = _build([_record(signatures=[sig])], targets=["trn3.3xlarge"])
     assert not [h for h in trn3_only["hazards"] if h["kind"] == "fp8"]
+
+
+UNLOWERED_SCRIPT = """
+    import torch
+    f = torch.compile(lambda x: torch.special.i0e(x * 2) + 1, backend="neuron")
+    for _ in range(2):
+        f(torch.randn(8, device="neuron"))
+        __import__("torch_neuronx.audit").audit.mark_step()
+"""
+
+
+def test_ops_with_no_lowering_reported_with_their_line(audit, tmp_path):
+    """With TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0 a graph holding an op with no
+    lowering runs eagerly: the audit names the op and its line, and the eager
+    fallback op it then runs."""
+    script = _script(tmp_path, UNLOWERED_SCRIPT)
+    proc, data = audit(str(script), env={"TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION": "0"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    schema.validate(data)
+    unlowered = data["torch_compile"]["unlowered"]
+    assert [u["op"] for u in unlowered] == ["aten.special_i0e.default"], unlowered
+    assert 'script.py", line 3' in unlowered[0]["source"]
+    assert "aten::special_i0e.out" in {f["op"] for f in data["fallbacks"]}
+    remedy = next(a["remedy"] for a in data["verdict"]["actions"] if a["kind"] == "fallback")
+    assert "torch-neuronx ops special_i0e" in remedy

@@ -413,8 +413,9 @@ def _actions(report: dict) -> list[dict]:
             "kind": "fallback", "what": row["op"], "where": _site_text(site),
             "cost_per_step_s": row["host_s_per_step"],
             "remedy": (f"{row['op']} is not in the neuron device's native op set: it runs on the host CPU, "
-                       "its inputs copied over and back. Use an equivalent supported op, write an NKI "
-                       "kernel (torch_neuronx.nki_op), or move it out of the step loop.")})
+                       "its inputs copied over and back. Use an equivalent supported op (`torch-neuronx ops "
+                       f"{row['op'].split('::')[-1].split('.')[0]}` and docs/supported-operators.md), write an "
+                       "NKI kernel (torch_neuronx.nki_op), or move it out of the step loop.")})
     churn = report["eager_compilations"]["churn"]
     if churn:  # one action: the lines differ, the cause (changing input shapes) is one
         new = report["eager_compilations"]["new_per_step"]

@@ -44,9 +44,11 @@ def audit(tmp_path, capfd, monkeypatch):
         for name in list(os.environ):
             if name.startswith(("TORCH_NEURONX_", "NEURON_")):
                 monkeypatch.delenv(name)
-        for name, value in _env(tmp_path, **(env or {})).items():
+        for name, value in _env(tmp_path).items():
             if name.startswith("TORCH_NEURONX_"):
                 monkeypatch.setenv(name, value)
+        for name, value in (env or {}).items():
+            monkeypatch.setenv(name, value)
         monkeypatch.chdir(ROOT)
         out = tmp_path / "report.json"
         capfd.readouterr()
@@ -600,3 +602,31 @@ def test_ops_with_no_lowering_reported_with_their_line(audit, tmp_path):
     assert "aten::special_i0e.out" in {f["op"] for f in data["fallbacks"]}
     remedy = next(a["remedy"] for a in data["verdict"]["actions"] if a["kind"] == "fallback")
     assert "torch-neuronx ops special_i0e" in remedy
+
+
+ACCELERATE_SCRIPT = """
+    import torch
+    from accelerate import Accelerator
+    accelerator = Accelerator()
+    model = torch.nn.Linear(8, 4)
+    model, optimizer = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    for step in range(3):
+        loss = model(torch.randn(4, 8, device=accelerator.device)).square().mean()
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+    print("trained on", accelerator.device)
+"""
+
+
+def test_accelerate_launch_is_audited(audit, tmp_path):
+    """`accelerate launch` starts the script in a process of its own: that process records."""
+    script = _script(tmp_path, ACCELERATE_SCRIPT)
+    accelerate = pathlib.Path(sys.executable).with_name("accelerate")
+    proc, data = audit(str(accelerate), "launch", "--num_processes", "1", str(script),
+                       env={"HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "trained on neuron" in proc.stdout
+    schema.validate(data)
+    assert data["steps"]["count"] == 3 and len(data["ranks"]) == 1
+    assert {"aten::addmm", "aten::mm"} & {o["op"] for o in data["ops"]}

@@ -176,7 +176,12 @@ LAUNCH_BLOCKING = _declare(
     read_at="ops.apply_env_policies")
 LOG_LEVEL = _declare(
     "TORCH_NEURONX_LOG_LEVEL", None, _upper, IMPORT,
-    "Level of the torch_neuronx logger, with a stderr handler (None: logging left alone).",
+    "Level of the torch_neuronx logger: a name (DEBUG..CRITICAL) or AWS's 0-3 "
+    "(0 ERROR, 1 WARNING, 2 INFO, 3 DEBUG); None: logging left alone (checked by log.configure).",
+    read_at="log.configure")
+LOG_FILE = _declare(
+    "TORCH_NEURONX_LOG_FILE", None, _text, IMPORT,
+    "File the torch_neuronx logger appends to instead of stderr (None: stderr).",
     read_at="log.configure")
 DISABLE_INTEGRATIONS = _declare(
     "TORCH_NEURONX_DISABLE_INTEGRATIONS", False, parse_flag, IMPORT,
@@ -286,6 +291,11 @@ def launch_blocking() -> bool:
 def log_level() -> str | None:
     """TORCH_NEURONX_LOG_LEVEL, upper case, or None when unset (checked by log.configure)."""
     return LOG_LEVEL.get()
+
+
+def log_file() -> str | None:
+    """TORCH_NEURONX_LOG_FILE, or None when unset or empty."""
+    return LOG_FILE.get()
 
 
 def disable_integrations() -> bool:

@@ -2,7 +2,8 @@
 fresh Python process with the variable set and checks what the user observes
 (docs/env-vars.md says what each one does, and what is not emulated).
 
-TORCH_NEURONX_LOG_LEVEL (names and AWS's 0-3), TORCH_NEURONX_LOG_FILE.
+TORCH_NEURONX_LOG_LEVEL (names and AWS's 0-3), TORCH_NEURONX_LOG_FILE,
+TORCH_NEURONX_METRICS_ENABLED.
 """
 
 from __future__ import annotations
@@ -92,3 +93,24 @@ def test_log_file_that_cannot_be_opened_warns_and_logs_to_stderr(tmp_path):
     assert out.returncode == 0, out.stderr
     assert f"TORCH_NEURONX_LOG_FILE={str(tmp_path)!r} cannot be opened" in out.stderr
     assert "StreamHandler" in out.stdout and "FileHandler" not in out.stdout
+
+
+# ------------------------------------------------- TORCH_NEURONX_METRICS_ENABLED
+
+
+def test_metrics_are_collected_by_default_and_not_with_0():
+    on = run(COMPILE)
+    assert on.returncode == 0, on.stderr
+    metrics = json.loads(on.stdout.splitlines()[-1])
+    assert metrics["enabled"] is True and metrics["compiles"] >= 1 and metrics["forward_graphs"] >= 1
+    off = run(COMPILE, TORCH_NEURONX_METRICS_ENABLED="0")
+    assert off.returncode == 0, off.stderr
+    metrics = json.loads(off.stdout.splitlines()[-1])
+    assert metrics["enabled"] is False
+    assert metrics["compiles"] == 0 and metrics["forward_graphs"] == 0 and metrics["compile_seconds"] == 0
+
+
+def test_metrics_enabled_bad_value_is_an_error_naming_the_variable():
+    out = run(COMPILE, TORCH_NEURONX_METRICS_ENABLED="yes")
+    assert out.returncode != 0
+    assert "TORCH_NEURONX_METRICS_ENABLED='yes': expected '0' or '1'" in out.stderr

@@ -221,6 +221,10 @@ DISABLE_FALLBACK_EXECUTION = _declare(
     "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", True, parse_flag, PER_CALL,
     "A graph with an op that has no lowering raises instead of running eagerly.",
     read_at="compiler/__init__.py, at each compile with unlowered ops")
+METRICS_ENABLED = _declare(
+    "TORCH_NEURONX_METRICS_ENABLED", True, parse_flag, PER_CALL,
+    "Collect the get_dynamo_metrics() counters (0: not collected; the snapshot says enabled=False).",
+    read_at="compiler/metrics.py, at each counted event and each snapshot")
 DYNAMO_DISABLE_CPU_AUTOCOPY = _declare(
     "TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", False, parse_flag, PER_CALL,
     "A CPU tensor passed to a compiled graph is an error instead of a device input.",
@@ -296,6 +300,11 @@ def log_level() -> str | None:
 def log_file() -> str | None:
     """TORCH_NEURONX_LOG_FILE, or None when unset or empty."""
     return LOG_FILE.get()
+
+
+def metrics_enabled() -> bool:
+    """TORCH_NEURONX_METRICS_ENABLED (a flag, on by default)."""
+    return METRICS_ENABLED.get()
 
 
 def disable_integrations() -> bool:

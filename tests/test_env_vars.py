@@ -3,7 +3,8 @@ fresh Python process with the variable set and checks what the user observes
 (docs/env-vars.md says what each one does, and what is not emulated).
 
 TORCH_NEURONX_LOG_LEVEL (names and AWS's 0-3), TORCH_NEURONX_LOG_FILE,
-TORCH_NEURONX_METRICS_ENABLED.
+TORCH_NEURONX_METRICS_ENABLED, TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS,
+NEURON_LAUNCH_BLOCKING.
 """
 
 from __future__ import annotations
@@ -114,3 +115,54 @@ def test_metrics_enabled_bad_value_is_an_error_naming_the_variable():
     out = run(COMPILE, TORCH_NEURONX_METRICS_ENABLED="yes")
     assert out.returncode != 0
     assert "TORCH_NEURONX_METRICS_ENABLED='yes': expected '0' or '1'" in out.stderr
+
+
+# ------------------------------ TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS
+
+FALLBACK_AND_ERROR = textwrap.dedent("""
+    import torch, torch_neuronx
+    x = torch.rand(4, device='neuron')
+    torch.special.bessel_j0(x)          # outside the native op set: CPU fallback
+    print('fallback', sorted(torch_neuronx.get_fallback_ops()))
+    try:
+        torch.ones(2, 3, device='neuron') @ torch.ones(2, 3, device='neuron')
+    except RuntimeError as error:       # a native op's error is raised, never retried on the CPU
+        print('raised', 'cannot be multiplied' in str(error))
+""")
+
+
+@pytest.mark.parametrize("value", [None, "0", "1"])
+def test_fallback_only_for_unimplemented_ops(value):
+    """Unimplemented ops fall back with every value; an op that fails raises with
+    every value (the emulator never retries on the CPU: what 1 asks for)."""
+    out = run(FALLBACK_AND_ERROR, **({} if value is None else
+                                     {"TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS": value}))
+    assert out.returncode == 0, out.stderr
+    assert "special_bessel_j0" in out.stdout.splitlines()[0]
+    assert out.stdout.splitlines()[1] == "raised True"
+
+
+# ------------------------------------------------------------ NEURON_LAUNCH_BLOCKING
+
+ERROR_AT_LAUNCH = textwrap.dedent("""
+    import torch
+    a = torch.ones(2, 3, device='neuron')
+    try:
+        c = a @ a                       # the error comes from this call, not from a later synchronize
+    except RuntimeError:
+        print('raised at launch')
+""")
+
+
+@pytest.mark.parametrize("value", ["0", "1"])
+def test_launch_blocking_errors_are_raised_by_the_launching_call(value):
+    out = run(ERROR_AT_LAUNCH, NEURON_LAUNCH_BLOCKING=value)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "raised at launch"
+
+
+@pytest.mark.parametrize("name", ["NEURON_LAUNCH_BLOCKING", "TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS"])
+def test_bad_value_read_at_import_fails_naming_the_variable(name):
+    out = run("import torch; print('started')", **{name: "on"})
+    assert out.returncode != 0 and "started" not in out.stdout
+    assert f"{name}='on': expected '0' or '1'" in out.stderr

@@ -183,6 +183,11 @@ LOG_FILE = _declare(
     "TORCH_NEURONX_LOG_FILE", None, _text, IMPORT,
     "File the torch_neuronx logger appends to instead of stderr (None: stderr).",
     read_at="log.configure")
+FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS = _declare(
+    "TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS", False, parse_flag, IMPORT,
+    "On Trainium, 1 stops the CPU retry of an op whose device execution failed; validated only "
+    "(the emulator never retries: a failing op raises, as with 1).",
+    read_at="ops.apply_env_policies")
 DISABLE_INTEGRATIONS = _declare(
     "TORCH_NEURONX_DISABLE_INTEGRATIONS", False, parse_flag, IMPORT,
     "Do not patch third-party libraries (torch_neuronx/integrations).",
@@ -300,6 +305,11 @@ def log_level() -> str | None:
 def log_file() -> str | None:
     """TORCH_NEURONX_LOG_FILE, or None when unset or empty."""
     return LOG_FILE.get()
+
+
+def fallback_only_for_unimplemented_ops() -> bool:
+    """TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS (a flag)."""
+    return FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS.get()
 
 
 def metrics_enabled() -> bool:

@@ -176,8 +176,18 @@ LAUNCH_BLOCKING = _declare(
     read_at="ops.apply_env_policies")
 LOG_LEVEL = _declare(
     "TORCH_NEURONX_LOG_LEVEL", None, _upper, IMPORT,
-    "Level of the torch_neuronx logger, with a stderr handler (None: logging left alone).",
+    "Level of the torch_neuronx logger: a name (DEBUG..CRITICAL) or AWS's 0-3 "
+    "(0 ERROR, 1 WARNING, 2 INFO, 3 DEBUG); None: logging left alone (checked by log.configure).",
     read_at="log.configure")
+LOG_FILE = _declare(
+    "TORCH_NEURONX_LOG_FILE", None, _text, IMPORT,
+    "File the torch_neuronx logger appends to instead of stderr (None: stderr).",
+    read_at="log.configure")
+FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS = _declare(
+    "TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS", False, parse_flag, IMPORT,
+    "On Trainium, 1 stops the CPU retry of an op whose device execution failed; validated only "
+    "(the emulator never retries: a failing op raises, as with 1).",
+    read_at="ops.apply_env_policies")
 DISABLE_INTEGRATIONS = _declare(
     "TORCH_NEURONX_DISABLE_INTEGRATIONS", False, parse_flag, IMPORT,
     "Do not patch third-party libraries (torch_neuronx/integrations).",
@@ -216,6 +226,10 @@ DISABLE_FALLBACK_EXECUTION = _declare(
     "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", True, parse_flag, PER_CALL,
     "A graph with an op that has no lowering raises instead of running eagerly.",
     read_at="compiler/__init__.py, at each compile with unlowered ops")
+METRICS_ENABLED = _declare(
+    "TORCH_NEURONX_METRICS_ENABLED", True, parse_flag, PER_CALL,
+    "Collect the get_dynamo_metrics() counters (0: not collected; the snapshot says enabled=False).",
+    read_at="compiler/metrics.py, at each counted event and each snapshot")
 DYNAMO_DISABLE_CPU_AUTOCOPY = _declare(
     "TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", False, parse_flag, PER_CALL,
     "A CPU tensor passed to a compiled graph is an error instead of a device input.",
@@ -286,6 +300,21 @@ def launch_blocking() -> bool:
 def log_level() -> str | None:
     """TORCH_NEURONX_LOG_LEVEL, upper case, or None when unset (checked by log.configure)."""
     return LOG_LEVEL.get()
+
+
+def log_file() -> str | None:
+    """TORCH_NEURONX_LOG_FILE, or None when unset or empty."""
+    return LOG_FILE.get()
+
+
+def fallback_only_for_unimplemented_ops() -> bool:
+    """TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS (a flag)."""
+    return FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS.get()
+
+
+def metrics_enabled() -> bool:
+    """TORCH_NEURONX_METRICS_ENABLED (a flag, on by default)."""
+    return METRICS_ENABLED.get()
 
 
 def disable_integrations() -> bool:

@@ -1,10 +1,17 @@
-"""Counters behind torch_neuronx.get_dynamo_metrics()."""
+"""Counters behind torch_neuronx.get_dynamo_metrics().
+
+TORCH_NEURONX_METRICS_ENABLED=0 stops the counting (read at each event, so it
+can be switched on or off while the process runs); the log lines stay. The
+snapshot's ``enabled`` says whether counting is on; while it is off the
+counters keep the values they had (zero when it was off from the start).
+"""
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
 
+from torch_neuronx import config
 from torch_neuronx.log import get_logger
 
 _log = get_logger("compiler")
@@ -16,42 +23,49 @@ _recompile_reasons: list[str] = []
 
 
 def record_compile(seconds: float, name: str = "graph") -> None:
-    with _lock:
-        _counts["compiles"] += 1
-        _compile_seconds[0] += seconds
+    if config.metrics_enabled():
+        with _lock:
+            _counts["compiles"] += 1
+            _compile_seconds[0] += seconds
     _log.info("compiled the %s graph in %.3f s", name, seconds)
 
 
 def record_cache_hit(where: str) -> None:
-    with _lock:
-        _counts[f"cache_hits_{where}"] += 1
+    if config.metrics_enabled():
+        with _lock:
+            _counts[f"cache_hits_{where}"] += 1
     _log.debug("executable cache hit (%s)", where)
 
 
 def record_eviction(entries: int, freed: int, folder: str, limit: int) -> None:
-    with _lock:
-        _counts["cache_evictions"] += entries
+    if config.metrics_enabled():
+        with _lock:
+            _counts["cache_evictions"] += entries
     _log.info("evicted %d cache entries (%.1f MB) from %s to stay under %.1f MB "
               "(TORCH_NEURONX_NEFF_CACHE_MAX_SIZE)", entries, freed / 2**20, folder, limit / 2**20)
 
 
 def record_graph(kind: str) -> None:
-    with _lock:
-        _counts[f"{kind}_graphs"] += 1
+    if config.metrics_enabled():
+        with _lock:
+            _counts[f"{kind}_graphs"] += 1
     _log.debug("received a %s graph from AOTAutograd", kind)
 
 
 def record_recompile(reason: str) -> None:
-    with _lock:
-        _recompile_reasons.append(reason)
+    if config.metrics_enabled():
+        with _lock:
+            _recompile_reasons.append(reason)
     _log.info("recompiling: %s", reason)
 
 
 def snapshot() -> dict:
     from torch._dynamo.utils import counters
 
+    enabled = config.metrics_enabled()
     with _lock:
         return {
+            "enabled": enabled,
             "compiles": _counts["compiles"],
             "compile_seconds": round(_compile_seconds[0], 6),
             "cache_hits_memory": _counts["cache_hits_memory"],

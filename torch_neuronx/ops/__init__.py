@@ -104,10 +104,15 @@ def register() -> None:
 
 
 def apply_env_policies() -> None:
-    """Reads TORCH_NEURONX_FALLBACK, TORCH_NEURONX_FP64 and NEURON_LAUNCH_BLOCKING."""
-    # The emulator already runs every launch synchronously: the value is only
-    # validated (a typo is an error).
+    """Reads TORCH_NEURONX_FALLBACK, TORCH_NEURONX_FP64, NEURON_LAUNCH_BLOCKING and
+    TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS."""
+    # The emulator already runs every launch synchronously (an op's error is
+    # raised by the call that launched it), and it never retries a failed op on
+    # the CPU (its kernels are CPU kernels: a retry would fail the same way), so
+    # both are what `1` asks for on Trainium: the values are only validated (a
+    # typo is an error). docs/env-vars.md says what is not emulated.
     config.launch_blocking()
+    config.fallback_only_for_unimplemented_ops()
     set_fallback_mode(config.fallback_mode())
     mode = config.fp64_mode()
     if mode not in _FP64_MODES:

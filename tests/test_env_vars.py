@@ -1,0 +1,168 @@
+"""Environment variables as a user sets them (issue #17 item 7): each test runs a
+fresh Python process with the variable set and checks what the user observes
+(docs/env-vars.md says what each one does, and what is not emulated).
+
+TORCH_NEURONX_LOG_LEVEL (names and AWS's 0-3), TORCH_NEURONX_LOG_FILE,
+TORCH_NEURONX_METRICS_ENABLED, TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS,
+NEURON_LAUNCH_BLOCKING.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+PROJECT_PREFIXES = ("TORCH_NEURONX_", "NEURON_")
+
+# One compile of a small module, then the metrics as JSON on the last stdout line.
+COMPILE = textwrap.dedent("""
+    import json, torch, torch_neuronx
+    m = torch.compile(torch.nn.Linear(4, 4).to('neuron'), backend='neuron')
+    m(torch.randn(2, 4, device='neuron'))
+    print(json.dumps(torch_neuronx.get_dynamo_metrics()))
+""")
+LOGGER_STATE = ("import logging, torch; log = logging.getLogger('torch_neuronx'); "
+                "print(logging.getLevelName(log.level), [type(h).__name__ for h in log.handlers])")
+
+
+def run(code: str, **variables: str) -> subprocess.CompletedProcess:
+    """`python -c code` with the project's variables cleared, then `variables` set."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PROJECT_PREFIXES)}
+    env.update(variables)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+# ------------------------------------------------------- TORCH_NEURONX_LOG_LEVEL
+
+
+@pytest.mark.parametrize("value,level", [("0", "ERROR"), ("1", "WARNING"), ("2", "INFO"), ("3", "DEBUG"),
+                                         ("debug", "DEBUG"), (" Warning ", "WARNING")])
+def test_log_level_numbers_are_aws_levels_and_names_still_work(value, level):
+    out = run(LOGGER_STATE, TORCH_NEURONX_LOG_LEVEL=value)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[0] == level
+    assert "StreamHandler" in out.stdout
+
+
+def test_log_level_3_shows_debug_lines_and_0_hides_info_lines():
+    debug = run(COMPILE, TORCH_NEURONX_LOG_LEVEL="3")
+    assert debug.returncode == 0, debug.stderr
+    assert "[torch_neuronx.compiler DEBUG] received a forward graph" in debug.stderr
+    assert "[torch_neuronx.compiler INFO] compiled the forward graph" in debug.stderr
+    quiet = run(COMPILE, TORCH_NEURONX_LOG_LEVEL="0")
+    assert quiet.returncode == 0, quiet.stderr
+    assert "[torch_neuronx" not in quiet.stderr
+
+
+@pytest.mark.parametrize("value", ["4", "-1", "loud"])
+def test_unknown_log_level_warns_naming_the_variable_and_the_choices(value):
+    out = run(LOGGER_STATE, TORCH_NEURONX_LOG_LEVEL=value)
+    assert out.returncode == 0, out.stderr
+    assert f"TORCH_NEURONX_LOG_LEVEL={value.upper()!r} is not a log level" in out.stderr
+    assert "DEBUG, INFO, WARNING, ERROR, CRITICAL or 0 (ERROR), 1 (WARNING), 2 (INFO), 3 (DEBUG)" in out.stderr
+    assert out.stdout.split()[0] == "NOTSET"  # left unconfigured
+
+
+# -------------------------------------------------------- TORCH_NEURONX_LOG_FILE
+
+
+def test_log_file_is_appended_to_instead_of_stderr(tmp_path):
+    path = tmp_path / "neuron.log"
+    path.write_text("line of an earlier run\n")
+    out = run(COMPILE, TORCH_NEURONX_LOG_LEVEL="2", TORCH_NEURONX_LOG_FILE=str(path))
+    assert out.returncode == 0, out.stderr
+    text = path.read_text()
+    assert text.startswith("line of an earlier run\n")  # appended, not truncated
+    assert "[torch_neuronx.compiler INFO] compiled the forward graph" in text
+    assert "[torch_neuronx" not in out.stderr
+
+
+def test_log_file_without_a_level_logs_warnings(tmp_path):
+    out = run(LOGGER_STATE, TORCH_NEURONX_LOG_FILE=str(tmp_path / "neuron.log"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[0] == "WARNING" and "FileHandler" in out.stdout
+
+
+def test_log_file_that_cannot_be_opened_warns_and_logs_to_stderr(tmp_path):
+    out = run(LOGGER_STATE, TORCH_NEURONX_LOG_LEVEL="INFO", TORCH_NEURONX_LOG_FILE=str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert f"TORCH_NEURONX_LOG_FILE={str(tmp_path)!r} cannot be opened" in out.stderr
+    assert "StreamHandler" in out.stdout and "FileHandler" not in out.stdout
+
+
+# ------------------------------------------------- TORCH_NEURONX_METRICS_ENABLED
+
+
+def test_metrics_are_collected_by_default_and_not_with_0():
+    on = run(COMPILE)
+    assert on.returncode == 0, on.stderr
+    metrics = json.loads(on.stdout.splitlines()[-1])
+    assert metrics["enabled"] is True and metrics["compiles"] >= 1 and metrics["forward_graphs"] >= 1
+    off = run(COMPILE, TORCH_NEURONX_METRICS_ENABLED="0")
+    assert off.returncode == 0, off.stderr
+    metrics = json.loads(off.stdout.splitlines()[-1])
+    assert metrics["enabled"] is False
+    assert metrics["compiles"] == 0 and metrics["forward_graphs"] == 0 and metrics["compile_seconds"] == 0
+
+
+def test_metrics_enabled_bad_value_is_an_error_naming_the_variable():
+    out = run(COMPILE, TORCH_NEURONX_METRICS_ENABLED="yes")
+    assert out.returncode != 0
+    assert "TORCH_NEURONX_METRICS_ENABLED='yes': expected '0' or '1'" in out.stderr
+
+
+# ------------------------------ TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS
+
+FALLBACK_AND_ERROR = textwrap.dedent("""
+    import torch, torch_neuronx
+    x = torch.rand(4, device='neuron')
+    torch.special.bessel_j0(x)          # outside the native op set: CPU fallback
+    print('fallback', sorted(torch_neuronx.get_fallback_ops()))
+    try:
+        torch.ones(2, 3, device='neuron') @ torch.ones(2, 3, device='neuron')
+    except RuntimeError as error:       # a native op's error is raised, never retried on the CPU
+        print('raised', 'cannot be multiplied' in str(error))
+""")
+
+
+@pytest.mark.parametrize("value", [None, "0", "1"])
+def test_fallback_only_for_unimplemented_ops(value):
+    """Unimplemented ops fall back with every value; an op that fails raises with
+    every value (the emulator never retries on the CPU: what 1 asks for)."""
+    out = run(FALLBACK_AND_ERROR, **({} if value is None else
+                                     {"TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS": value}))
+    assert out.returncode == 0, out.stderr
+    assert "special_bessel_j0" in out.stdout.splitlines()[0]
+    assert out.stdout.splitlines()[1] == "raised True"
+
+
+# ------------------------------------------------------------ NEURON_LAUNCH_BLOCKING
+
+ERROR_AT_LAUNCH = textwrap.dedent("""
+    import torch
+    a = torch.ones(2, 3, device='neuron')
+    try:
+        c = a @ a                       # the error comes from this call, not from a later synchronize
+    except RuntimeError:
+        print('raised at launch')
+""")
+
+
+@pytest.mark.parametrize("value", ["0", "1"])
+def test_launch_blocking_errors_are_raised_by_the_launching_call(value):
+    out = run(ERROR_AT_LAUNCH, NEURON_LAUNCH_BLOCKING=value)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "raised at launch"
+
+
+@pytest.mark.parametrize("name", ["NEURON_LAUNCH_BLOCKING", "TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS"])
+def test_bad_value_read_at_import_fails_naming_the_variable(name):
+    out = run("import torch; print('started')", **{name: "on"})
+    assert out.returncode != 0 and "started" not in out.stdout
+    assert f"{name}='on': expected '0' or '1'" in out.stderr

@@ -83,7 +83,8 @@ def _run_recorded(command: list[str], directory: str) -> tuple[int, bool]:
     writing its records, then reports."""
     from torch_neuronx import config
 
-    env = config.child_environment(TORCH_NEURONX_AUDIT_DIR=directory)
+    # The compiler's counters feed the report: on in the audited processes, whatever the shell says.
+    env = config.child_environment(TORCH_NEURONX_AUDIT_DIR=directory, TORCH_NEURONX_METRICS_ENABLED="1")
     interrupted = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set()) \
         if threading.current_thread() is threading.main_thread() else None

@@ -20,6 +20,7 @@ import torch
 from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
+from torch_neuronx.audit.recorder import is_tensor, tensors
 from torch_neuronx.neuron.profiles import PROFILES, InstanceProfile
 
 TERA = 1e12
@@ -133,10 +134,6 @@ def _engine(name: str, flops: int, nbytes: int) -> str:
 
 # --- tensors described as dicts -------------------------------------------------------------
 
-def _is_tensor(arg) -> bool:
-    return isinstance(arg, dict) and "dtype" in arg and "shape" in arg
-
-
 def _torch_dtype(name: str):
     dtype = getattr(torch, str(name).removeprefix("torch."), None)
     return dtype if isinstance(dtype, torch.dtype) else None
@@ -145,15 +142,6 @@ def _torch_dtype(name: str):
 def _tensor_bytes(arg) -> int:
     dtype = _torch_dtype(arg["dtype"])
     return math.prod(arg["shape"]) * dtype.itemsize if dtype is not None else 0
-
-
-def _tensors(args):
-    """The tensor descriptions among args, lists flattened."""
-    for arg in args:
-        if _is_tensor(arg):
-            yield arg
-        elif isinstance(arg, (list, tuple)):
-            yield from _tensors(arg)
 
 
 def _result_bytes(value) -> int:
@@ -178,7 +166,7 @@ def _meta_tensor(arg, column_major: bool):
 
 
 def _meta_value(arg, schema_type: str, column_major: bool):
-    if _is_tensor(arg):
+    if is_tensor(arg):
         return _meta_tensor(arg, column_major)
     if isinstance(arg, (list, tuple)):
         return [_meta_value(a, "", column_major) for a in arg]
@@ -242,7 +230,7 @@ def _work(op: str, args: list) -> dict:
 
 def _compute_work(op: str, args: list) -> dict:
     name = _split_op(op)[1]
-    in_bytes = sum(_tensor_bytes(t) for t in _tensors(args))
+    in_bytes = sum(_tensor_bytes(t) for t in tensors(args))
     flops, nbytes, ran = 0, 2 * in_bytes, False
     # A second try with column-major 2-D operands, for the matmul kernels that require it.
     for column_major in (False, True) if _is_tensor_class(name) else (False,):
@@ -328,12 +316,12 @@ def _peak(dtype: str, rates: CoreRates, profile: InstanceProfile, notes: _Notes)
 
 def _op_dtype(args: list) -> str:
     """The operand dtype that sets the matmul rate: the first floating tensor's."""
-    tensors = list(_tensors(args))
-    for t in tensors:
+    described = list(tensors(args))
+    for t in described:
         dtype = _torch_dtype(t["dtype"])
         if dtype is not None and dtype.is_floating_point:
             return str(dtype).removeprefix("torch.")
-    return str(tensors[0]["dtype"]).removeprefix("torch.") if tensors else "float32"
+    return str(described[0]["dtype"]).removeprefix("torch.") if described else "float32"
 
 
 def _device_is_host(arg) -> bool:
@@ -342,11 +330,11 @@ def _device_is_host(arg) -> bool:
 
 def _transfer(name: str, args: list) -> tuple[str, int] | None:
     """('d2h' | 'h2d', bytes) when a copy crosses the host link, else None."""
-    if name == "copy_" and len(args) >= 2 and _is_tensor(args[0]) and _is_tensor(args[1]):
+    if name == "copy_" and len(args) >= 2 and is_tensor(args[0]) and is_tensor(args[1]):
         src, dst_host = args[1], _device_is_host(args[0])
-    elif name.startswith("_copy_from") and len(args) >= 2 and _is_tensor(args[0]) and _is_tensor(args[1]):
+    elif name.startswith("_copy_from") and len(args) >= 2 and is_tensor(args[0]) and is_tensor(args[1]):
         src, dst_host = args[0], _device_is_host(args[1])
-    elif name == "_to_copy" and len(args) >= 4 and isinstance(args[3], str) and _is_tensor(args[0]):
+    elif name == "_to_copy" and len(args) >= 4 and isinstance(args[3], str) and is_tensor(args[0]):
         src, dst_host = args[0], args[3].startswith("cpu")
     else:
         return None

@@ -21,6 +21,8 @@ import os
 import re
 import shlex
 
+from torch_neuronx.audit import formatting
+
 INSTALL_HINT = "install the audit extra: pip install 'torch-neuronx[audit]'"
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 TOP = 12  # rows in long tables and bars in plots; the JSON report has the rest
@@ -46,8 +48,8 @@ def render(report: dict) -> str:
     _require("matplotlib")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(duration=_duration, bytes=_bytes, pct=_pct, num=_num, span=_span, where=_where,
-                       last_line=_last_line, relative=_relative)
+    env.filters.update(duration=_duration, bytes=_bytes, pct=_pct, num=_num, span=_span, where=formatting.site_text,
+                       last_line=_last_line, relative=formatting.relative)
     r = _with_defaults(report)
     return env.get_template("report.html.j2").render(
         r=r, plots=_plots(r), command=shlex.join(r["command"]), top=TOP,
@@ -112,25 +114,11 @@ def _is_number(value) -> bool:
 
 
 def _duration(seconds) -> str:
-    """Seconds in the unit that keeps them readable: 12.3 us, not 1.23e-05 s."""
-    if not _is_number(seconds):
-        return "—"
-    if seconds == 0:
-        return "0"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if abs(seconds) >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds / 1e-9:.3g} ns"
+    return formatting.duration(seconds, micro="µs") if _is_number(seconds) else "—"
 
 
 def _bytes(n) -> str:
-    if not _is_number(n):
-        return "—"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
-        n /= 1024
-    return f"{n} B"
+    return formatting.size(n) if _is_number(n) else "—"
 
 
 def _pct(value) -> str:
@@ -161,21 +149,6 @@ def _last_line(text) -> str:
     """The last non-blank line of an exception: its type and message."""
     lines = [line for line in str(text or "").splitlines() if line.strip()]
     return lines[-1].strip() if lines else ""
-
-
-def _relative(text) -> str:
-    """A path (or "path:line") below the directory the audit ran in, relative to it:
-    the page is read where the script lives, and the full paths crowd the tables."""
-    text, here = str(text or ""), os.getcwd() + os.sep
-    return text[len(here):] if text.startswith(here) else text
-
-
-def _where(site) -> str:
-    """A call site as file:line (relative, see _relative)."""
-    if not isinstance(site, dict) or not site.get("file"):
-        return "(unknown line)"
-    text = f"{_relative(site['file'])}:{site.get('line', '?')}"
-    return text + (" (backward)" if site.get("backward") else "")
 
 
 # -------------------------------------------------------------------- plots

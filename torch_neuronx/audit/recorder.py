@@ -107,12 +107,19 @@ def site_json(site) -> dict | None:
 
 # ------------------------------------------------------------------- hazards
 
-def _tensors(args):
+def is_tensor(arg) -> bool:
+    """Whether a recorded argument describes a tensor: {"dtype", "shape", "device"}
+    (csrc/Module.cpp toPython builds the descriptions)."""
+    return isinstance(arg, dict) and "dtype" in arg and "shape" in arg
+
+
+def tensors(args):
+    """The tensor descriptions among a signature's arguments, lists flattened."""
     for arg in args:
-        if isinstance(arg, dict) and "dtype" in arg:
+        if is_tensor(arg):
             yield arg
-        elif isinstance(arg, list):
-            yield from _tensors(arg)
+        elif isinstance(arg, (list, tuple)):
+            yield from tensors(arg)
 
 
 def hazards_of(op: str, path: str, args: list) -> list[str]:
@@ -122,16 +129,16 @@ def hazards_of(op: str, path: str, args: list) -> list[str]:
         found.append("fallback")
     if op in SYNC_OPS:
         found.append("host_sync")
-    elif op in COPY_OPS and len(args) >= 2 and isinstance(args[0], dict) and isinstance(args[1], dict) \
-            and args[0].get("device", "").startswith("neuron") and args[1].get("device") == "cpu":
+    elif op in COPY_OPS and len(args) >= 2 and is_tensor(args[0]) and is_tensor(args[1]) \
+            and args[0]["device"].startswith("neuron") and args[1]["device"] == "cpu":
         found.append("host_sync")  # .cpu(), .tolist(), .numpy(), print: device-to-host copies
     if op in DATA_DEPENDENT_OPS:
         found.append("data_dependent_shape")
-    tensors = list(_tensors(args))
-    if any(t["dtype"] in FP64 and t["device"].startswith("neuron") for t in tensors) \
+    described = list(tensors(args))
+    if any(t["dtype"] in FP64 and t["device"].startswith("neuron") for t in described) \
             and op not in COPY_OPS:
         found.append("float64")
-    if any(t["dtype"].startswith(FP8_PREFIX) for t in tensors):
+    if any(t["dtype"].startswith(FP8_PREFIX) for t in described):
         found.append("fp8")
     return found
 
@@ -326,7 +333,7 @@ class Recording:
                              [s["memory_peak"][d] for s in self.steps]) for d in devices],
                 "allocated_at_exit": [torch.neuron.memory_allocated(d) for d in devices],
             },
-            "compile": metrics.snapshot() if "torch._dynamo.utils" in sys.modules else _NO_COMPILE,
+            "compile": metrics.snapshot(),
             "graphs": list(self.graphs.values()),
             "graph_breaks": [{"reason": reason, "site": site_json(site), "count": n}
                              for (reason, site), n in self.graph_breaks.most_common()],
@@ -376,14 +383,6 @@ class Recording:
         with open(path + ".tmp", "w") as f:
             json.dump(progress, f)
         os.replace(path + ".tmp", path)
-
-
-# The compiler's counters in a process where Dynamo never ran (metrics.snapshot()
-# would import it, which takes seconds).
-_NO_COMPILE = {"compiles": 0, "compile_seconds": 0.0, "cache_hits_memory": 0, "cache_hits_disk": 0,
-               "cache_hits_corrupt": 0, "cache_hits_aot": 0, "cache_evictions": 0, "forward_graphs": 0,
-               "backward_graphs": 0, "inference_graphs": 0, "graph_breaks": 0, "recompiles": 0,
-               "recompile_reasons": []}
 
 
 def _cost_analysis(executable) -> dict:

@@ -15,9 +15,11 @@ process's own numbers.
 from __future__ import annotations
 
 import math
-import os
 from collections import defaultdict
 from dataclasses import dataclass, field
+
+from torch_neuronx.audit.formatting import site_text
+from torch_neuronx.audit.recorder import is_tensor
 
 REPORT_SCHEMA_VERSION = 1
 DEFAULT_TARGETS = ("trn2.3xlarge", "trn3.3xlarge")
@@ -242,7 +244,7 @@ def _eager_compilations(record: dict) -> dict:
 
 
 def _shapes(args: list) -> list:
-    return [a["shape"] for a in args if isinstance(a, dict) and "shape" in a]
+    return [a["shape"] for a in args if is_tensor(a)]
 
 
 # ---------------------------------------------------------- torch.compile
@@ -395,22 +397,12 @@ def _cost(estimates: list[dict], options: Options, record: dict, steps: int) -> 
 
 # ------------------------------------------------------------------- verdict
 
-def _site_text(site: dict | None) -> str:
-    """file:line, relative to the working directory when the file is under it."""
-    if not site or not site.get("file"):
-        return "(unknown line)"
-    path = site["file"]
-    if os.path.isabs(path) and path.startswith(os.path.join(os.getcwd(), "")):
-        path = os.path.relpath(path)
-    return f"{path}:{site['line']}" + (" (backward)" if site.get("backward") else "")
-
-
 def _actions(report: dict) -> list[dict]:
     actions = []
     for row in report["fallbacks"]:
         site = row["sites"][0] if row["sites"] else None
         actions.append({
-            "kind": "fallback", "what": row["op"], "where": _site_text(site),
+            "kind": "fallback", "what": row["op"], "where": site_text(site),
             "cost_per_step_s": row["host_s_per_step"],
             "remedy": (f"{row['op']} is not in the neuron device's native op set: it runs on the host CPU, "
                        "its inputs copied over and back. Use an equivalent supported op (`torch-neuronx ops "
@@ -424,7 +416,7 @@ def _actions(report: dict) -> list[dict]:
         ops = ", ".join(sorted({row["op"] for row in churn})[:6])
         actions.append({
             "kind": "shape_churn", "what": f"{sum(new) / max(1, len(new)):.3g} new kernels per step ({ops}, ...)",
-            "where": _site_text(first["site"]), "cost_per_step_s": None,
+            "where": site_text(first["site"]), "cost_per_step_s": None,
             "remedy": ("input shapes change from step to step, and each new op signature is compiled on first "
                        "use on Trainium: the compiles never stop. Pad inputs to a fixed length or to a few "
                        "buckets (e.g. padding='max_length' or pad_to_multiple_of=64 in the tokenizer); the "
@@ -444,10 +436,10 @@ def _actions(report: dict) -> list[dict]:
             "fp8": "target a trn3 instance for FP8, or use bfloat16",
             "dynamic_shape": "pad inputs to fixed shapes or buckets; every new shape recompiles the graph",
         }[row["kind"]]
-        actions.append({"kind": row["kind"], "what": row["op"], "where": _site_text(site),
+        actions.append({"kind": row["kind"], "what": row["op"], "where": site_text(site),
                         "cost_per_step_s": None, "remedy": f"{row['detail']}: {remedy}"})
     for row in report["torch_compile"]["graph_breaks"]:
-        actions.append({"kind": "graph_break", "what": row["reason"], "where": _site_text(row["site"]),
+        actions.append({"kind": "graph_break", "what": row["reason"], "where": site_text(row["site"]),
                         "cost_per_step_s": None,
                         "remedy": "torch.compile splits the graph here and runs the code between eagerly: "
                                   "move the construct out of the compiled region or rewrite it"})

@@ -3,7 +3,7 @@ each section in a few lines (the JSON report has everything)."""
 
 from __future__ import annotations
 
-import os
+from torch_neuronx.audit.formatting import duration, site_text, size
 
 TOP = 8  # rows per table
 
@@ -19,29 +19,8 @@ def render(report: dict) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _where(site: dict | None) -> str:
-    if not site or not site.get("file"):
-        return "(unknown line)"
-    text = f"{os.path.relpath(site['file']) if not site['file'].startswith('<') else site['file']}:{site['line']}"
-    return text + (" (backward)" if site.get("backward") else "")
-
-
-def _bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
-
-
 def _ms(seconds: float | None) -> str:
-    """A duration in the unit that reads best: ns, us, ms or s."""
-    if seconds is None:
-        return "-"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if abs(seconds) >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds * 1e9:.3g} ns"
+    return "-" if seconds is None else duration(seconds)
 
 
 def _header(r: dict) -> list[str]:
@@ -88,8 +67,16 @@ def _fallbacks(r: dict) -> list[str]:
     for f in r["fallbacks"]:
         lines.append(f"  {f['op']}: {f['calls_per_step']:.3g} calls/step, {_ms(f['host_s_per_step'])}/step "
                      f"({f['share_of_step']:.1%} of the step's host time)")
-        for site in f["sites"][:3]:
-            lines.append(f"    {_where(site)}  {site.get('code', '')}")
+        lines += _site_lines(f["sites"])
+    return lines
+
+
+def _site_lines(sites: list[dict]) -> list[str]:
+    """The busiest call sites: line, code, and how often (in how many steps)."""
+    lines = []
+    for site in sites[:3]:
+        count = f"{site['calls']} calls" + (f" in {site['steps']} steps" if site.get("steps") else "")
+        lines.append(f"    {site_text(site)}  {site.get('code', '')}  ({count})")
     return lines
 
 
@@ -98,7 +85,7 @@ def _compilations(r: dict) -> list[str]:
     lines = [f"Eager kernels (each distinct op signature compiles on first use): {e['first_step']} in step 1, "
              f"{e['total_signatures']} in all; new ones in later steps: {e['new_per_step'] or 'none'}"]
     for churn in e["churn"][:TOP]:
-        lines.append(f"  shape churn: {churn['op']} at {_where(churn['site'])}: {churn['new_signatures']} new "
+        lines.append(f"  shape churn: {churn['op']} at {site_text(churn['site'])}: {churn['new_signatures']} new "
                      f"signatures in {churn['steps_with_new']} steps, shapes {churn['example_shapes']}")
     return lines
 
@@ -111,7 +98,7 @@ def _compile(r: dict) -> list[str]:
              f"{c['graph_runs']} run(s), {sum(b['count'] for b in c['graph_breaks'])} graph break(s), "
              f"{c['recompiles']} recompile(s)"]
     for b in c["graph_breaks"][:TOP]:
-        lines.append(f"  graph break at {_where(b['site'])}: {b['reason']}")
+        lines.append(f"  graph break at {site_text(b['site'])}: {b['reason']}")
     for reason in c["recompile_reasons"][:TOP]:
         lines.append(f"  recompile: {reason}")
     for u in c["unlowered"][:TOP]:
@@ -121,14 +108,14 @@ def _compile(r: dict) -> list[str]:
 
 def _memory(r: dict) -> list[str]:
     m = r["memory"]
-    lines = [f"Memory: peak {_bytes(m['peak_bytes_per_core'])} per core"]
+    lines = [f"Memory: peak {size(m['peak_bytes_per_core'])} per core"]
     for t in m["targets"]:
         verdict = "fits" if t["fits"] else (
             f"does not fit: needs {t['cores_needed']} cores" + ("" if t["fits_sharded"] else
                                                                  f", the instance has {t['cores_available']}"))
-        lines.append(f"  {t['instance']}: {_bytes(t['hbm_per_core_bytes'])} HBM per core: {verdict}")
+        lines.append(f"  {t['instance']}: {size(t['hbm_per_core_bytes'])} HBM per core: {verdict}")
     for a in m["largest_allocations"][:3]:
-        lines.append(f"  largest: {_bytes(a['bytes'])} by {a['op']} at {_where(a['site'])}")
+        lines.append(f"  largest: {size(a['bytes'])} by {a['op']} at {site_text(a['site'])}")
     return lines
 
 
@@ -139,9 +126,7 @@ def _hazards(r: dict) -> list[str]:
     for h in r["hazards"]:
         loop = ", in the step loop" if h["in_step_loop"] else ""
         lines.append(f"  [{h['kind']}] {h['op']}: {h['calls_per_step']:.3g}/step{loop}: {h['detail']}")
-        for site in h["sites"][:3]:
-            loop = f"{site['calls']} calls in {site['steps']} steps" if site.get("steps") else f"{site['calls']} calls"
-            lines.append(f"    {_where(site)}  {site.get('code', '')}  ({loop})")
+        lines += _site_lines(h["sites"])
     return lines
 
 
@@ -150,7 +135,7 @@ def _collectives(r: dict) -> list[str]:
         return []
     lines = ["Collectives per step (per process):"]
     for c in [c for c in r["collectives"] if c["calls_per_step"] > 0][:TOP]:
-        lines.append(f"  {c['op']}: {c['calls_per_step']:.3g} calls of {_bytes(c['bytes'])} "
+        lines.append(f"  {c['op']}: {c['calls_per_step']:.3g} calls of {size(c['bytes'])} "
                      f"over {c['world_size']} ranks")
     return lines
 

@@ -8,6 +8,7 @@ counters keep the values they had (zero when it was off from the start).
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import Counter
 
@@ -59,9 +60,13 @@ def record_recompile(reason: str) -> None:
     _log.info("recompiling: %s", reason)
 
 
-def snapshot() -> dict:
-    from torch._dynamo.utils import counters
+def _graph_breaks() -> int:
+    """Dynamo's graph-break count; 0 without importing Dynamo (seconds) when it never ran."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    return sum(utils.counters["graph_break"].values()) if utils is not None else 0
 
+
+def snapshot() -> dict:
     enabled = config.metrics_enabled()
     with _lock:
         return {
@@ -76,7 +81,7 @@ def snapshot() -> dict:
             "forward_graphs": _counts["forward_graphs"],
             "backward_graphs": _counts["backward_graphs"],
             "inference_graphs": _counts["inference_graphs"],
-            "graph_breaks": sum(counters["graph_break"].values()),
+            "graph_breaks": _graph_breaks(),
             "recompiles": len(_recompile_reasons),
             "recompile_reasons": list(_recompile_reasons),
         }

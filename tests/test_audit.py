@@ -366,6 +366,10 @@ def test_fast_kernels_are_recorded_with_their_signature():
                                     {"dtype": "float32", "shape": [2], "device": "cpu"}, False], ["host_sync"]),
     ("aten::_copy_from", "direct", [{"dtype": "float32", "shape": [2], "device": "cpu"},
                                     {"dtype": "float32", "shape": [2], "device": "neuron:0"}, False], []),
+    ("aten::copy_", "native", [{"dtype": "float32", "shape": [2], "device": "cpu"},
+                               {"dtype": "float32", "shape": [2], "device": "neuron:0"}, False], ["host_sync"]),
+    ("aten::copy_", "native", [{"dtype": "float32", "shape": [2], "device": "neuron:0"},
+                               {"dtype": "float32", "shape": [2], "device": "cpu"}, False], []),
     ("aten::mul.Tensor", "native", [{"dtype": "float64", "shape": [2], "device": "neuron:0"}, 2.0], ["float64"]),
     ("aten::mul.Tensor", "native", [{"dtype": "float32", "shape": [2], "device": "neuron:0"}, 2.0], []),
     ("aten::nonzero", "native", [{"dtype": "bool", "shape": [2], "device": "neuron:0"}], ["data_dependent_shape"]),
@@ -418,6 +422,7 @@ def test_torchrun_ranks_merged_into_one_report(audit, tmp_path):
 
 TRAINER_SCRIPT = """
     import sys
+    {first}
     sys.path.insert(0, {tests!r})
     from test_hf_training import CountingDataset, tiny_llama, training_args
     from transformers import Trainer
@@ -426,8 +431,12 @@ TRAINER_SCRIPT = """
 """
 
 
-def test_hf_trainer_tokens_per_step_detected(audit, tmp_path):
-    script = _script(tmp_path, TRAINER_SCRIPT.format(tests=str(ROOT / "tests"), out=str(tmp_path / "out")))
+@pytest.mark.parametrize("first", ["import torch", "from transformers import Trainer"],
+                         ids=["torch-first", "transformers-first"])
+def test_hf_trainer_tokens_per_step_detected(audit, tmp_path, first):
+    """Tokens are counted whichever is imported first (the patch waits for transformers)."""
+    script = _script(tmp_path, TRAINER_SCRIPT.format(first=first, tests=str(ROOT / "tests"),
+                                                     out=str(tmp_path / "out")))
     proc, data = audit(str(script), options=["--price", "trn2.3xlarge=2.5"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     schema.validate(data)
@@ -636,3 +645,21 @@ def test_accelerate_launch_is_audited(audit, tmp_path):
     schema.validate(data)
     assert data["steps"]["count"] == 3 and len(data["ranks"]) == 1
     assert {"aten::addmm", "aten::mm"} & {o["op"] for o in data["ops"]}
+
+
+def test_a_line_whose_shapes_change_counts_every_step_it_ran_in():
+    """A host sync whose tensor shape changes every step is a new signature each step;
+    its line still ran in every step (in the step loop), not in one."""
+    rec = recorder.Recording()
+    rec.start()
+    try:
+        for n in (3, 4, 5):
+            torch.randn(n, device="neuron").cpu()  # a device-to-host copy of a new shape each step
+            rec.mark_step()
+    finally:
+        rec.stop()
+    data = _build([rec.record()])
+    sync = next(h for h in data["hazards"] if h["kind"] == "host_sync")
+    site = next(s for s in sync["sites"] if s["file"] == __file__)
+    assert site["calls"] == 3 and site["steps"] == 3 and site["in_step_loop"]
+    assert "step_indices" not in site

@@ -122,6 +122,15 @@ def tensors(args):
             yield from tensors(arg)
 
 
+def _copies_to_host(op: str, args: list) -> bool:
+    """A copy from a neuron tensor into a CPU one: copy_(dst, src) (.cpu() takes this
+    path) or _copy_from(src, dst)."""
+    if (op not in COPY_OPS and op != "aten::copy_") or len(args) < 2 or not (is_tensor(args[0]) and is_tensor(args[1])):
+        return False
+    source, target = (args[1], args[0]) if op == "aten::copy_" else (args[0], args[1])
+    return source["device"].startswith("neuron") and target["device"] == "cpu"
+
+
 def hazards_of(op: str, path: str, args: list) -> list[str]:
     """Why every call of this signature is watched (with its line), or []."""
     found = []
@@ -129,9 +138,8 @@ def hazards_of(op: str, path: str, args: list) -> list[str]:
         found.append("fallback")
     if op in SYNC_OPS:
         found.append("host_sync")
-    elif op in COPY_OPS and len(args) >= 2 and is_tensor(args[0]) and is_tensor(args[1]) \
-            and args[0]["device"].startswith("neuron") and args[1]["device"] == "cpu":
-        found.append("host_sync")  # .cpu(), .tolist(), .numpy(), print: device-to-host copies
+    elif _copies_to_host(op, args):
+        found.append("host_sync")  # .cpu(), .tolist(), .numpy(): device-to-host copies
     if op in DATA_DEPENDENT_OPS:
         found.append("data_dependent_shape")
     described = list(tensors(args))
@@ -307,7 +315,7 @@ class Recording:
                        host_ns_first_step=first.get(sig_id, (0, 0, 0))[2] if first else host_ns)
             watched = self.watched.get(sig_id)
             if watched:
-                row["sites"] = [dict(site_json(s) or {}, calls=n, steps=len(watched["site_steps"][s]))
+                row["sites"] = [dict(site_json(s) or {}, calls=n, step_indices=sorted(watched["site_steps"][s]))
                                 for s, n in watched["sites"].most_common()]
                 row["calls_by_step"] = {str(k): v for k, v in sorted(watched["steps"].items())}
             signatures.append(row)

@@ -179,15 +179,17 @@ def _ops(signatures: list[dict]) -> list[dict]:
 def _merge_sites(sigs: list[dict]) -> list[dict]:
     """Call sites of watched signatures, merged over signatures and ranks, busiest first."""
     merged: dict[tuple, dict] = {}
+    steps: dict[tuple, set] = defaultdict(set)  # the steps a line ran in, over all its signatures
     for sig in sigs:
         for site in sig.get("sites") or ([dict(sig["site"], calls=sig["calls"])] if sig.get("site") else []):
             if not site.get("file"):
                 continue
             key = (site["file"], site["line"], site.get("backward", False))
-            entry = merged.setdefault(key, dict(site, calls=0, steps=0))
+            entry = merged.setdefault(key, {k: v for k, v in site.items() if k != "step_indices"} | {"calls": 0})
             entry["calls"] += site["calls"]
-            entry["steps"] = max(entry["steps"], site.get("steps", 0))
-    for entry in merged.values():
+            steps[key].update(site.get("step_indices", ()))
+    for key, entry in merged.items():
+        entry["steps"] = len(steps[key])
         entry["in_step_loop"] = entry["steps"] >= 2  # the line runs in more than one step
     return sorted(merged.values(), key=lambda s: -s["calls"])
 

@@ -10,7 +10,7 @@ command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 .venv/bin/python -m pip install -q --upgrade "setuptools>=69" wheel ninja==1.13.2
 # torch first: the extension builds against it without build isolation.
 .venv/bin/python -m pip install -q torch==2.13.0
-.venv/bin/python -m pip install -q --no-build-isolation -e ".[test,hf,audit]"
+.venv/bin/python -m pip install -q --no-build-isolation -e ".[test,hf,audit,fp8]"
 # Headless Chromium (Debian's package) for tests/test_audit_html.py, which opens the
 # audit's HTML report in a browser. Only as root with apt; a no-op once installed.
 if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then

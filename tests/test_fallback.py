@@ -165,6 +165,21 @@ def test_executed_ops_counts_native_ops():
     assert torch_neuronx.get_fallback_ops() == {}
 
 
+def test_executed_ops_include_ops_served_by_python_kernels(quiet):
+    # topk and histc are native ops implemented in Python (ops/topk.py, histogram.py)
+    x = torch.rand(16, device=NEURON)
+    torch_neuronx.clear_op_tracking()
+    torch.topk(x, 3)
+    torch.topk(x, 2)
+    torch.histc(x, bins=4)
+    executed = torch_neuronx.get_executed_ops()
+    assert executed.get("aten::topk") == 2
+    assert executed.get("aten::histc") == 1
+    assert torch_neuronx.get_fallback_ops() == {}
+    torch_neuronx.clear_op_tracking()
+    assert "aten::topk" not in torch_neuronx.get_executed_ops()
+
+
 def test_executed_ops_include_fallback_ops(quiet):
     torch.special.bessel_j0(torch.rand(3, device=NEURON))
     executed = torch_neuronx.get_executed_ops()

@@ -3,6 +3,8 @@ the fallback policy and op tracking."""
 
 from __future__ import annotations
 
+import collections
+
 import torch
 
 from torch_neuronx import _C, config, patching
@@ -80,13 +82,24 @@ def native_overloads() -> list[tuple[str, int]]:
 
 
 _python_kernels: list[torch.library.Library] = []  # kept alive: a dropped Library unregisters
+# Calls of the ops served by Python kernels: get_executed_ops() adds them to the
+# C++ kernels' counts (csrc/Eager.cpp counts only what runs through C++).
+_python_executed: collections.Counter[str] = collections.Counter()
+
+
+def _counted(qualified: str, kernel):
+    def run(*args, **kwargs):
+        _python_executed[qualified] += 1
+        return kernel(*args, **kwargs)
+
+    return run
 
 
 def _register_python_kernels(kernels: dict, key: str = "PrivateUse1") -> None:
     """Native ops implemented in Python (ops/rnn.py, histogram.py, topk.py, sparse.py) for a neuron key."""
     library = torch.library.Library("aten", "IMPL")
     for name, kernel in kernels.items():
-        library.impl(name, patching.hide_from_dynamo(kernel), key)
+        library.impl(name, patching.hide_from_dynamo(_counted("aten::" + name, kernel)), key)
     _python_kernels.append(library)
 
 
@@ -146,8 +159,11 @@ def get_fallback_ops() -> dict[str, int]:
 
 def get_executed_ops() -> dict[str, int]:
     """Every op that ran on the neuron device since the last clear, with call counts."""
-    return dict(_C._executed_ops())
+    executed = collections.Counter(dict(_C._executed_ops()))
+    executed.update(_python_executed)
+    return dict(sorted(executed.items()))
 
 
 def clear_op_tracking() -> None:
     _C._clear_op_tracking()
+    _python_executed.clear()

@@ -394,7 +394,7 @@ CONFIGS = {
     "bad_cores": {"NEURON_RT_VISIBLE_CORES": "0-7"},
     "lnc1": {"NEURON_LOGICAL_NC_CONFIG": "1"},
     "lnc1_trn3_48_num_cores": {"TORCH_NEURONX_INSTANCE": "trn3.48xlarge", "NEURON_LOGICAL_NC_CONFIG": "1",
-                               "NEURON_RT_NUM_CORES": "100"},
+                               "NEURON_RT_NUM_CORES": "127"},
     "num_cores_and_visible": {"NEURON_RT_NUM_CORES": "1", "NEURON_RT_VISIBLE_CORES": "1-3"},
     "lnc1_trn1": {"TORCH_NEURONX_INSTANCE": "trn1.2xlarge", "NEURON_LOGICAL_NC_CONFIG": "1"},
     "lnc2_trn1": {"TORCH_NEURONX_INSTANCE": "trn1.2xlarge", "NEURON_LOGICAL_NC_CONFIG": "2"},
@@ -568,11 +568,13 @@ def test_lnc1_doubles_the_cores_and_halves_their_hbm(fresh):
 
 
 def test_num_cores_takes_the_first_logical_cores(fresh):
-    data = _config(fresh, "lnc1_trn3_48_num_cores")  # 128 logical cores at LNC=1, the first 100
-    assert data["count"] == 100 and data["lnc"] == [1]
-    assert [p[4] for p in data["props"]] == list(range(100))
+    # 128 logical cores at LNC=1, the first 127 (a process's most: PyTorch's device index is 8-bit).
+    data = _config(fresh, "lnc1_trn3_48_num_cores")
+    assert data["count"] == 127 and data["lnc"] == [1]
+    assert [p[4] for p in data["props"]] == list(range(127))
     assert {(p[1], p[2]) for p in data["props"]} == {(18 * GiB, "trn3.48xlarge")}
-    assert data["last_device"] == "neuron:99"
+    assert data["last_device"] == "neuron:126"
+    assert "Invalid device index neuron:127: this process sees 127 NeuronCore(s)" in data["beyond"]
 
 
 def test_visible_cores_win_over_num_cores(fresh):

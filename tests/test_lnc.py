@@ -126,3 +126,18 @@ def test_visible_cores_count_logical_cores_under_the_lnc(monkeypatch):
                                "has cores 0-3.")
     monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "1")
     assert profiles.visible_cores(profiles.active_profile()) == [6, 7]
+
+
+def test_a_process_uses_at_most_127_cores(monkeypatch):
+    # PyTorch's device index is 8-bit: the 128 cores of a 48xlarge at LNC=1 do not fit in one process.
+    monkeypatch.setenv("TORCH_NEURONX_INSTANCE", "trn2.48xlarge")
+    monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "1")
+    with pytest.raises(ValueError) as info:
+        profiles.visible_cores(profiles.active_profile())
+    assert str(info.value).startswith("trn2.48xlarge at LNC=1 has 128 NeuronCores, but one process can "
+                                      "use at most 127")
+    assert "NEURON_RT_NUM_CORES (1 to 127)" in str(info.value)
+    monkeypatch.setenv("NEURON_RT_NUM_CORES", "127")
+    assert profiles.visible_cores(profiles.active_profile()) == list(range(127))
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "64-127")
+    assert profiles.visible_cores(profiles.active_profile())[-1] == 127

@@ -37,6 +37,10 @@ from torch_neuronx import config
 from torch_neuronx.config import DEFAULT_INSTANCE  # noqa: F401  (re-exported)
 
 GiB = 1024**3
+# PyTorch numbers devices with an 8-bit index (c10::DeviceIndex), so a count of 128 does not fit:
+# a process can use at most 127 NeuronCores (csrc/Runtime.h kMaxDevices). Only a 48xlarge at
+# LNC=1 (128 cores) has more.
+MAX_CORES_PER_PROCESS = 127
 
 # Physical cores per logical core each platform accepts, and its default (see the module doc).
 LNC_CHOICES = {"trn1": (1,), "trn2": (1, 2), "trn3": (1, 2)}
@@ -198,8 +202,16 @@ def visible_cores(profile: InstanceProfile) -> list[int]:
     takes precedence), else the first NEURON_RT_NUM_CORES, else all."""
     spec = config.visible_cores()
     if spec is not None:
-        return parse_visible_cores(spec, profile.num_cores, describe(profile))
-    return first_cores(config.num_cores(), profile.num_cores, describe(profile))
+        cores = parse_visible_cores(spec, profile.num_cores, describe(profile))
+    else:
+        cores = first_cores(config.num_cores(), profile.num_cores, describe(profile))
+    if len(cores) > MAX_CORES_PER_PROCESS:
+        raise ValueError(
+            f"{describe(profile)} has {len(cores)} NeuronCores, but one process can use at most "
+            f"{MAX_CORES_PER_PROCESS} (PyTorch numbers devices with an 8-bit index): set "
+            f"NEURON_RT_NUM_CORES (1 to {MAX_CORES_PER_PROCESS}) or NEURON_RT_VISIBLE_CORES to use "
+            "fewer, or NEURON_LOGICAL_NC_CONFIG=2.")
+    return cores
 
 
 def cores_source() -> str:

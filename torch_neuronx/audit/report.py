@@ -77,7 +77,7 @@ def build(records: list[dict], options: Options, *, command: list[str], exit_cod
     targets = target_profiles(options.targets)
     memory = _memory(records, targets)
     compiled = _torch_compile(records)
-    hazards = _hazards(signatures, records, targets, compiled)
+    hazards = _hazards(signatures, records, options.targets, compiled)
     eager = _eager_compilations(primary)
     estimates = _estimates(primary, targets)
     cost = _cost(estimates, options, primary, steps)
@@ -324,7 +324,9 @@ HAZARD_TEXT = {
 }
 
 
-def _hazards(signatures: list[dict], records: list[dict], targets: list, compiled: dict) -> list[dict]:
+def _hazards(signatures: list[dict], records: list[dict], targets: list[str], compiled: dict) -> list[dict]:
+    from torch_neuronx.neuron.profiles import PROFILES
+
     grouped: dict[tuple, list] = defaultdict(list)
     for sig in signatures:
         for kind in sig["hazards"]:
@@ -333,7 +335,7 @@ def _hazards(signatures: list[dict], records: list[dict], targets: list, compile
     rows = []
     for (kind, op), sigs in grouped.items():
         if kind == "fp8":
-            without = [t.name for t in targets if not t.fp8]
+            without = [t for t in targets if not PROFILES[t].fp8]
             if not without:
                 continue
             detail = f"FP8 compute needs Trainium3; not available on {', '.join(without)}"

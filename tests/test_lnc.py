@@ -141,3 +141,14 @@ def test_a_process_uses_at_most_127_cores(monkeypatch):
     assert profiles.visible_cores(profiles.active_profile()) == list(range(127))
     monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "64-127")
     assert profiles.visible_cores(profiles.active_profile())[-1] == 127
+
+
+def test_distributed_core_count_error_names_what_chose_the_cores(monkeypatch):
+    from torch_neuronx import neuron
+    from torch_neuronx.distributed import _backend
+
+    assert _backend._visible_cores_origin() == f"all cores of {profiles.describe(neuron._PROFILE)}"
+    monkeypatch.setenv("NEURON_RT_NUM_CORES", "2")
+    assert _backend._visible_cores_origin() == "NEURON_RT_NUM_CORES=2"
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "1-2")
+    assert _backend._visible_cores_origin() == "NEURON_RT_VISIBLE_CORES='1-2'"

@@ -28,8 +28,9 @@ void markChildAfterFork() {
 void configure(int64_t num_devices, std::vector<int64_t> capacity_bytes) {
   TORCH_CHECK(
       !g_initialized,
-      "The Neuron runtime is already initialized; the instance profile and "
-      "NEURON_RT_VISIBLE_CORES must be set before the first device use.");
+      "The Neuron runtime is already initialized; the instance profile, "
+      "NEURON_LOGICAL_NC_CONFIG and NEURON_RT_VISIBLE_CORES / NEURON_RT_NUM_CORES must be set "
+      "before the first device use.");
   TORCH_CHECK(
       static_cast<int64_t>(capacity_bytes.size()) == num_devices,
       "configure: need one capacity per device");
@@ -56,7 +57,8 @@ void checkDeviceIndex(c10::DeviceIndex index) {
       static_cast<int>(index),
       ": this process sees ",
       static_cast<int>(deviceCount()),
-      " NeuronCore(s) (see TORCH_NEURONX_INSTANCE and NEURON_RT_VISIBLE_CORES).");
+      " NeuronCore(s) (see TORCH_NEURONX_INSTANCE, NEURON_LOGICAL_NC_CONFIG, "
+      "NEURON_RT_VISIBLE_CORES and NEURON_RT_NUM_CORES).");
 }
 
 c10::DeviceIndex currentDevice() {

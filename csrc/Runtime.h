@@ -13,7 +13,9 @@
 namespace torch_neuronx {
 
 constexpr c10::DeviceType kNeuron = c10::DeviceType::PrivateUse1;
-constexpr int kMaxDevices = 128;
+// c10::DeviceIndex is int8_t: a device count of 128 would not fit (it reads as -128).
+// torch_neuronx/neuron/profiles.py (MAX_CORES_PER_PROCESS) refuses more at import.
+constexpr int kMaxDevices = 127;
 
 // What to do with an op that is outside the native op set (exported to
 // Python by name as _C._fallback_modes).

@@ -583,6 +583,32 @@ def test_memory_fit_and_smallest_sharding(peak_gib, fits, needed, status):
     assert data["verdict"]["status"] == status
 
 
+def test_targets_follow_the_lnc_of_the_audited_command(monkeypatch):
+    # NEURON_LOGICAL_NC_CONFIG=1 (inherited by the audited processes): a trn2/trn3 core has half the
+    # HBM and half the rates; trn1 cannot take LNC=2 and keeps its own LNC=1 under it.
+    record = _record(memory={"peak": [20 * 2**30], "allocated_at_exit": [0]})
+    mm = {"id": 0, "op": "aten::mm", "path": "native", "allocated": 0, "first_step": 0, "site": None,
+          "args": [{"dtype": "bfloat16", "shape": [4096, 4096], "device": "neuron:0"}] * 2,
+          "hazards": [], "calls": 2, "host_ns": 100, "calls_first_step": 1, "host_ns_first_step": 50}
+    record["signatures"], record["steps"] = [mm], record["steps"] * 2
+    targets = ["trn2.3xlarge", "trn3.48xlarge"]
+    default = _build([record], targets=targets)
+    monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "1")
+    lnc1 = _build([record], targets=targets)
+    schema.validate(lnc1)
+    rows = {t["instance"]: t for t in lnc1["memory"]["targets"]}
+    assert (rows["trn2.3xlarge"]["hbm_per_core_bytes"], rows["trn2.3xlarge"]["fits"]) == (12 * 2**30, False)
+    assert (rows["trn2.3xlarge"]["cores_needed"], rows["trn2.3xlarge"]["cores_available"]) == (2, 8)
+    assert (rows["trn3.48xlarge"]["hbm_per_core_bytes"], rows["trn3.48xlarge"]["cores_available"]) == \
+        (18 * 2**30, 128)
+    for before, after in zip(default["estimates"], lnc1["estimates"]):
+        assert after["assumptions"][0].startswith(f"{before['instance']} (") and "LNC=1" in after["assumptions"][0]
+        assert after["by_class"]["matmul"] == pytest.approx([2 * t for t in before["by_class"]["matmul"]])
+    assert [p.lnc for p in report.target_profiles(["trn1.2xlarge", "trn2.3xlarge"])] == [1, 1]
+    monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "2")
+    assert [p.lnc for p in report.target_profiles(["trn1.2xlarge", "trn2.3xlarge"])] == [1, 2]
+
+
 def test_fp8_is_a_hazard_only_for_targets_without_fp8():
     sig = {"id": 0, "op": "aten::mm", "path": "native", "allocated": 0, "first_step": 0, "site": None,
            "args": [{"dtype": "float8_e4m3fn", "shape": [16, 16], "device": "neuron:0"}] * 2,

@@ -254,6 +254,9 @@ def test_target_rates_are_the_reference_figures_per_logical_core():
     assert rates.hbm == pytest.approx(2.9e12 / 4) and rates.link == pytest.approx(1.28e12)
     rates = est.core_rates(PROFILES["trn3.3xlarge"])
     assert rates.fp8 == pytest.approx(2517e12 / 4) and rates.hbm == pytest.approx(4.9e12 / 4)
+    # NEURON_LOGICAL_NC_CONFIG=1: a logical core is one of the chip's 8 physical cores.
+    rates = est.core_rates(PROFILES["trn3.3xlarge"].with_lnc(1))
+    assert rates.bf16 == pytest.approx(671e12 / 8) and rates.hbm == pytest.approx(4.9e12 / 8)
 
 
 # --- prices ----------------------------------------------------------------------------------

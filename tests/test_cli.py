@@ -50,22 +50,26 @@ def _info_json(env) -> dict:
 
 
 CASES = {
-    "default": ({}, config.DEFAULT_INSTANCE, None),
-    "trn3-visible-1-2": ({"TORCH_NEURONX_INSTANCE": "trn3.3xlarge", "NEURON_RT_VISIBLE_CORES": "1-2",
-                          "TORCH_NEURONX_FALLBACK": "silent", "TORCH_NEURONX_FP64": "native"},
-                         "trn3.3xlarge", "1-2"),
-    "trn1": ({"TORCH_NEURONX_INSTANCE": "trn1.2xlarge"}, "trn1.2xlarge", None),
+    "default": ({}, config.DEFAULT_INSTANCE),
+    # LNC=1 from the variable; NEURON_RT_VISIBLE_CORES wins over NEURON_RT_NUM_CORES.
+    "trn3-lnc1-visible-1-2": ({"TORCH_NEURONX_INSTANCE": "trn3.3xlarge", "NEURON_LOGICAL_NC_CONFIG": "1",
+                               "NEURON_RT_VISIBLE_CORES": "1-2", "NEURON_RT_NUM_CORES": "5",
+                               "TORCH_NEURONX_FALLBACK": "silent", "TORCH_NEURONX_FP64": "native"},
+                              "trn3.3xlarge"),
+    "trn1-num-cores-1": ({"TORCH_NEURONX_INSTANCE": "trn1.2xlarge", "NEURON_RT_NUM_CORES": "1"}, "trn1.2xlarge"),
 }
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_info_json_matches_the_profile_and_policies(case, tmp_path):
-    variables, name, visible = CASES[case]
+    variables, name = CASES[case]
     report = _info_json(_env(tmp_path, **variables))
-    profile = profiles.PROFILES[name]
+    lnc = variables.get("NEURON_LOGICAL_NC_CONFIG")
+    profile = profiles.profile(name, None if lnc is None else int(lnc))
     assert report["schema_version"] == info.SCHEMA_VERSION == 1
-    _check_instance(report["instance"], profile, "TORCH_NEURONX_INSTANCE" if variables else "default")
-    _check_visible(report["visible_cores"], profile, visible)
+    _check_instance(report["instance"], profile, "TORCH_NEURONX_INSTANCE" if variables else "default",
+                    "NEURON_LOGICAL_NC_CONFIG" if lnc else "default")
+    _check_visible(report["visible_cores"], profile, variables)
     assert report["policies"] == {
         "fallback": variables.get("TORCH_NEURONX_FALLBACK", config.FALLBACK.default),
         "fp64": variables.get("TORCH_NEURONX_FP64", config.FP64.default),
@@ -78,27 +82,30 @@ def test_info_json_matches_the_profile_and_policies(case, tmp_path):
     }
 
 
-def _check_instance(instance: dict, profile: profiles.InstanceProfile, source: str) -> None:
+def _check_instance(instance: dict, profile: profiles.InstanceProfile, source: str, lnc_source: str) -> None:
+    chip = {"trn1": (2, 32 * 2**30), "trn2": (8, 96 * 2**30), "trn3": (8, 144 * 2**30)}[profile.platform]
     assert instance == {
         "type": profile.name, "source": source, "platform": profile.platform,
         "core_generation": profile.core_generation, "chips": profile.chips,
-        "logical_cores": profile.num_cores, "physical_cores": profile.num_cores * profile.lnc,
-        "lnc": profiles.DEFAULT_LNC[profile.platform], "lnc_source": "default",
-        "hbm_per_logical_core_bytes": profile.hbm_per_core,
-        "hbm_total_bytes": profile.hbm_per_core * profile.num_cores,
+        "logical_cores": profile.chips * chip[0] // profile.lnc, "physical_cores": profile.chips * chip[0],
+        "lnc": profile.lnc, "lnc_source": lnc_source,
+        "hbm_per_logical_core_bytes": chip[1] * profile.lnc // chip[0],
+        "hbm_total_bytes": chip[1] * profile.chips,
         "fp8": profile.platform == "trn3",
     }
     # The emulator's core generation names: v2 on trn1, v3 on trn2, v4 on trn3.
     assert instance["core_generation"] == {"trn1": "NeuronCore-v2", "trn2": "NeuronCore-v3",
                                            "trn3": "NeuronCore-v4"}[profile.platform]
-    if profile is neuron._PROFILE:  # the test process runs the same profile: the C++ core agrees
+    if profile == neuron._PROFILE:  # the test process runs the same profile: the C++ core agrees
         assert instance["hbm_per_logical_core_bytes"] == torch.neuron.get_device_properties(0).total_memory
 
 
-def _check_visible(visible: dict, profile: profiles.InstanceProfile, spec: str | None) -> None:
-    cores = profiles.parse_visible_cores(spec, profile.num_cores)
-    assert visible == {"cores": cores, "count": len(cores),
-                       "source": "NEURON_RT_VISIBLE_CORES" if spec else "all",
+def _check_visible(visible: dict, profile: profiles.InstanceProfile, variables: dict) -> None:
+    spec, count = variables.get("NEURON_RT_VISIBLE_CORES"), variables.get("NEURON_RT_NUM_CORES")
+    cores = profiles.parse_visible_cores(spec, profile.num_cores) if spec else \
+        list(range(int(count) if count else profile.num_cores))
+    source = "NEURON_RT_VISIBLE_CORES" if spec else ("NEURON_RT_NUM_CORES" if count else "all")
+    assert visible == {"cores": cores, "count": len(cores), "source": source,
                        "hbm_bytes": len(cores) * profile.hbm_per_core}
 
 
@@ -200,16 +207,18 @@ def test_info_text_names_the_instance_and_hbm_without_importing_jax(tmp_path):
         " file=sys.stderr)\n"
         "raise SystemExit(rc)\n"
     )
-    out = _command([], _env(tmp_path, TORCH_NEURONX_INSTANCE="trn3.3xlarge"), code=code)
+    out = _command([], _env(tmp_path, TORCH_NEURONX_INSTANCE="trn3.3xlarge", NEURON_LOGICAL_NC_CONFIG="1"),
+                   code=code)
     assert out.returncode == 0, out.stderr
     assert "jax imported: []" in out.stderr
-    profile = profiles.PROFILES["trn3.3xlarge"]
+    profile = profiles.profile("trn3.3xlarge", 1)
     lines = out.stdout.splitlines()
     assert re.match(r"instance +trn3\.3xlarge \(from TORCH_NEURONX_INSTANCE\)$", lines[1])
     hbm = next(line for line in lines if line.startswith("HBM "))
     assert hbm.split(None, 1)[1] == (f"{info.size(profile.hbm_per_core)} per logical core, "
                                      f"{info.size(profile.hbm_total)} total")
-    assert f"LNC={profile.lnc}, default" in out.stdout
+    cores = next(line for line in lines if line.startswith("cores "))
+    assert cores.split(None, 1)[1] == "8 logical NeuronCore-v4, 8 physical (LNC=1, NEURON_LOGICAL_NC_CONFIG)"
 
 
 @pytest.mark.parametrize("count,text", [(0, "0 B"), (1023, "1023 B"), (1536, "1.5 KiB"),

@@ -1,8 +1,9 @@
-"""Devices and instance profiles (issue item 2).
+"""Devices and instance profiles (issue item 2), logical NeuronCores (issue #17).
 
 The runtime is sized from the environment when torch_neuronx is imported, so
-every variation of TORCH_NEURONX_INSTANCE / NEURON_RT_VISIBLE_CORES /
-TORCH_DEVICE_BACKEND_AUTOLOAD runs in a fresh interpreter. Those interpreters
+every variation of TORCH_NEURONX_INSTANCE / NEURON_LOGICAL_NC_CONFIG /
+NEURON_RT_VISIBLE_CORES / NEURON_RT_NUM_CORES / TORCH_DEVICE_BACKEND_AUTOLOAD
+runs in a fresh interpreter. Those interpreters
 are started together (module fixture) so their start-up overlaps.
 """
 
@@ -23,10 +24,10 @@ from torch_neuronx.neuron import profiles
 
 GiB = 1024**3
 RUNTIME_ENV = (
-    "TORCH_NEURONX_INSTANCE", "NEURON_RT_VISIBLE_CORES", "TORCH_DEVICE_BACKEND_AUTOLOAD",
-    "NEURON_LAUNCH_BLOCKING", "TORCH_NEURONX_FALLBACK", "TORCH_NEURONX_FP64",
+    "TORCH_NEURONX_INSTANCE", "NEURON_RT_VISIBLE_CORES", "NEURON_LOGICAL_NC_CONFIG", "NEURON_RT_NUM_CORES",
+    "TORCH_DEVICE_BACKEND_AUTOLOAD", "NEURON_LAUNCH_BLOCKING", "TORCH_NEURONX_FALLBACK", "TORCH_NEURONX_FP64",
 )
-ENV_IS_DEFAULT = not any(os.environ.get(name) for name in RUNTIME_ENV[:2])
+ENV_IS_DEFAULT = not any(os.environ.get(name) for name in RUNTIME_ENV[:4])
 
 
 def _visible() -> list[int]:
@@ -348,10 +349,15 @@ def probe():
     out = {}
     n = torch.neuron
     out["count"] = n.device_count()
-    out["props"] = [
-        [p.name, p.total_memory, p.instance, p.core_generation, p.physical_core]
-        for p in (n.get_device_properties(i) for i in range(n.device_count()))
-    ]
+    props = [n.get_device_properties(i) for i in range(n.device_count())]
+    out["props"] = [[p.name, p.total_memory, p.instance, p.core_generation, p.physical_core] for p in props]
+    out["lnc"] = sorted({p.lnc for p in props})
+    out["repr"] = repr(props[0])
+    try:  # one byte over the core's HBM: refused before any host memory is taken
+        torch.empty(props[0].total_memory + 1, dtype=torch.uint8, device="neuron:0")
+        out["over_capacity"] = "no error"
+    except torch.OutOfMemoryError as error:
+        out["over_capacity"] = str(error).splitlines()[0]
     last = n.device_count() - 1
     x = torch.arange(6, dtype=torch.float32, device=f"neuron:{last}")
     y = (x * x).sum()
@@ -386,6 +392,14 @@ CONFIGS = {
     "trn1": {"TORCH_NEURONX_INSTANCE": "trn1.2xlarge", "NEURON_RT_VISIBLE_CORES": "0-1"},
     "bad_instance": {"TORCH_NEURONX_INSTANCE": "trn9.tiny"},
     "bad_cores": {"NEURON_RT_VISIBLE_CORES": "0-7"},
+    "lnc1": {"NEURON_LOGICAL_NC_CONFIG": "1"},
+    "lnc1_trn3_48_num_cores": {"TORCH_NEURONX_INSTANCE": "trn3.48xlarge", "NEURON_LOGICAL_NC_CONFIG": "1",
+                               "NEURON_RT_NUM_CORES": "127"},
+    "num_cores_and_visible": {"NEURON_RT_NUM_CORES": "1", "NEURON_RT_VISIBLE_CORES": "1-3"},
+    "lnc1_trn1": {"TORCH_NEURONX_INSTANCE": "trn1.2xlarge", "NEURON_LOGICAL_NC_CONFIG": "1"},
+    "lnc2_trn1": {"TORCH_NEURONX_INSTANCE": "trn1.2xlarge", "NEURON_LOGICAL_NC_CONFIG": "2"},
+    "bad_lnc": {"NEURON_LOGICAL_NC_CONFIG": "4"},
+    "bad_num_cores": {"NEURON_RT_NUM_CORES": "5"},
     "autoload_off": {},
 }
 ZYGOTE = PROBE + r"""
@@ -533,3 +547,52 @@ def test_bad_visible_cores_fail_at_import_with_a_clear_message(fresh):
     error = fresh["zygote"]["bad_cores"].get("error", "")
     assert error.startswith("ValueError")
     assert "NEURON_RT_VISIBLE_CORES='0-7' names core 4" in error
+
+
+# ------------------------------------------------- logical NeuronCores (#17)
+def test_default_lnc_is_reported_and_caps_memory(fresh):
+    data = fresh["autoload"]
+    assert data["lnc"] == [2]
+    assert data["repr"] == ("NeuronDeviceProperties(name='NeuronCore-v3', total_memory=24576MB, "
+                            "instance='trn2.3xlarge', core_generation='NeuronCore-v3', physical_core=0, lnc=2)")
+    assert "NeuronCore 0 has a total capacity of 24.00 GiB" in data["over_capacity"]
+
+
+def test_lnc1_doubles_the_cores_and_halves_their_hbm(fresh):
+    data = _config(fresh, "lnc1")
+    assert data["count"] == 8 and data["lnc"] == [1]
+    assert data["props"] == [["NeuronCore-v3", 12 * GiB, "trn2.3xlarge", "NeuronCore-v3", i] for i in range(8)]
+    assert data["last_device"] == "neuron:7" and data["value"] == 55.0
+    assert "Invalid device index neuron:8" in data["beyond"]
+    assert "NeuronCore 0 has a total capacity of 12.00 GiB" in data["over_capacity"]
+
+
+def test_num_cores_takes_the_first_logical_cores(fresh):
+    # 128 logical cores at LNC=1, the first 127 (a process's most: PyTorch's device index is 8-bit).
+    data = _config(fresh, "lnc1_trn3_48_num_cores")
+    assert data["count"] == 127 and data["lnc"] == [1]
+    assert [p[4] for p in data["props"]] == list(range(127))
+    assert {(p[1], p[2]) for p in data["props"]} == {(18 * GiB, "trn3.48xlarge")}
+    assert data["last_device"] == "neuron:126"
+    assert "Invalid device index neuron:127: this process sees 127 NeuronCore(s)" in data["beyond"]
+
+
+def test_visible_cores_win_over_num_cores(fresh):
+    data = _config(fresh, "num_cores_and_visible")
+    assert data["count"] == 3 and [p[4] for p in data["props"]] == [1, 2, 3]
+
+
+def test_trn1_takes_lnc1_only(fresh):
+    data = _config(fresh, "lnc1_trn1")
+    assert data["count"] == 2 and data["lnc"] == [1]
+    error = fresh["zygote"]["lnc2_trn1"].get("error", "")
+    assert error.startswith("ValueError: NEURON_LOGICAL_NC_CONFIG=2 is not available on trn1.2xlarge")
+    assert "trn1 accepts only 1" in error
+
+
+def test_bad_lnc_and_num_cores_fail_at_import_naming_the_variable(fresh):
+    error = fresh["zygote"]["bad_lnc"].get("error", "")
+    assert error.startswith("ValueError: NEURON_LOGICAL_NC_CONFIG='4' is not valid: use 1 ")
+    error = fresh["zygote"]["bad_num_cores"].get("error", "")
+    assert error == ("ValueError: NEURON_RT_NUM_CORES=5 asks for more NeuronCores than trn2.3xlarge at "
+                     "LNC=2 has (4): use 1 to 4, or 0 for all of them.")

@@ -4,7 +4,8 @@
 (set TORCH_DEVICE_BACKEND_AUTOLOAD=0 to opt out); importing it again is a
 no-op. It registers the ``neuron`` device (PrivateUse1), the ``torch.neuron``
 module, the native op set, and sizes the emulated NeuronCores from the
-instance profile (TORCH_NEURONX_INSTANCE, NEURON_RT_VISIBLE_CORES).
+instance profile (TORCH_NEURONX_INSTANCE, NEURON_LOGICAL_NC_CONFIG, NEURON_RT_VISIBLE_CORES,
+NEURON_RT_NUM_CORES).
 """
 
 from __future__ import annotations

@@ -86,6 +86,29 @@ def _integer_or_none(name: str, raw: str) -> int | None:
         return None
 
 
+LNC_VALUES = (1, 2)  # AWS: "LNC can only be set to 1 or 2" (which platform takes which: neuron.profiles)
+
+
+def parse_lnc(name: str, raw: str) -> int:
+    """NEURON_LOGICAL_NC_CONFIG: physical NeuronCores per logical core, 1 or 2."""
+    value = raw.strip()
+    if value not in [str(v) for v in LNC_VALUES]:
+        raise ValueError(
+            f"{name}={value!r} is not valid: use 1 (one physical NeuronCore per logical core) or 2 "
+            "(two physical cores form one logical core; the trn2/trn3 default); trn1 accepts only 1.")
+    return int(value)
+
+
+def parse_core_count(name: str, raw: str) -> int:
+    """NEURON_RT_NUM_CORES: a count of NeuronCores, 0 meaning all of them."""
+    value = raw.strip()
+    if not value.isdigit():
+        raise ValueError(
+            f"{name}={value!r} is not valid: use a number of NeuronCores from 1 to the number the "
+            "instance profile has, or 0 for all of them.")
+    return int(value)
+
+
 def _pytorch_flag(name: str, raw: str) -> bool:
     return raw == "1"
 
@@ -162,6 +185,16 @@ VISIBLE_CORES = _declare(
     "NEURON_RT_VISIBLE_CORES", None, _text, IMPORT,
     "Cores of the profile this process uses ('2', '0-1', '0,2-3'); None: all of them.",
     read_at="neuron/__init__.py (profiles.visible_cores), once; the distributed error message")
+NUM_CORES = _declare(
+    "NEURON_RT_NUM_CORES", None, parse_core_count, IMPORT,
+    "How many cores of the profile this process uses (the first ones); 0 or None: all of them. "
+    "NEURON_RT_VISIBLE_CORES takes precedence.",
+    read_at="neuron/__init__.py (profiles.visible_cores), once; the distributed error message")
+LOGICAL_NC_CONFIG = _declare(
+    "NEURON_LOGICAL_NC_CONFIG", None, parse_lnc, IMPORT,
+    "Physical NeuronCores per logical core (1 or 2); None: the platform's default (checked by "
+    "neuron.profiles).",
+    read_at="neuron/__init__.py (profiles.active_profile), once")
 FALLBACK = _declare(
     "TORCH_NEURONX_FALLBACK", "warn", _verbatim, IMPORT,
     "What an op outside the native op set does: warn, silent or error (checked by ops.set_fallback_mode).",
@@ -280,6 +313,16 @@ def instance() -> str:
 def visible_cores() -> str | None:
     """NEURON_RT_VISIBLE_CORES as written (parsed by device.profiles), None when unset or empty."""
     return VISIBLE_CORES.get()
+
+
+def num_cores() -> int | None:
+    """NEURON_RT_NUM_CORES, None when unset or empty (0 also means all cores)."""
+    return NUM_CORES.get()
+
+
+def logical_nc_config() -> int | None:
+    """NEURON_LOGICAL_NC_CONFIG (1 or 2), None when unset or empty (the platform's default)."""
+    return LOGICAL_NC_CONFIG.get()
 
 
 def fallback_mode() -> str:

@@ -74,11 +74,12 @@ def build(records: list[dict], options: Options, *, command: list[str], exit_cod
     steps = _step_count(primary)
     signatures = _signatures(records)
     ops = _ops(signatures)
-    memory = _memory(records, options.targets)
+    targets = target_profiles(options.targets)
+    memory = _memory(records, targets)
     compiled = _torch_compile(records)
     hazards = _hazards(signatures, records, options.targets, compiled)
     eager = _eager_compilations(primary)
-    estimates = _estimates(primary, options.targets)
+    estimates = _estimates(primary, targets)
     cost = _cost(estimates, options, primary, steps)
     exception = next((r["exception"] for r in records if r.get("exception")), None)
     report = {
@@ -105,6 +106,18 @@ def build(records: list[dict], options: Options, *, command: list[str], exit_cod
     }
     report["verdict"] = _verdict(report)
     return report
+
+
+def target_profiles(names: list[str]) -> list:
+    """The target instances under the LNC the audited processes ran with: NEURON_LOGICAL_NC_CONFIG
+    as set for this command (its processes inherit it), so HBM per core and per-core rates follow
+    it. A target whose platform does not take that LNC (trn1 at LNC=2) keeps its own default."""
+    from torch_neuronx import config
+    from torch_neuronx.neuron.profiles import LNC_CHOICES, PROFILES
+
+    lnc = config.logical_nc_config()
+    return [PROFILES[name].with_lnc(lnc if lnc in LNC_CHOICES[PROFILES[name].platform] else None)
+            for name in names]
 
 
 # ---------------------------------------------------------------- steps
@@ -277,19 +290,16 @@ def _torch_compile(records: list[dict]) -> dict:
 
 # ------------------------------------------------------------------- memory
 
-def _memory(records: list[dict], targets: list[str]) -> dict:
-    from torch_neuronx.neuron.profiles import PROFILES
-
+def _memory(records: list[dict], targets: list) -> dict:
     peak = max(max(r["memory"]["peak"], default=0) for r in records)
     primary = records[0]
     core = max(range(len(primary["memory"]["peak"])), key=lambda d: primary["memory"]["peak"][d], default=0)
     timeline = [{"step": i + 1, "peak_bytes": s["memory_peak"][core], "allocated_bytes": s["memory_allocated"][core]}
                 for i, s in enumerate(primary["steps"])]
     fits = []
-    for name in targets:
-        profile = PROFILES[name]
+    for profile in targets:
         needed = max(1, math.ceil(peak / profile.hbm_per_core))
-        fits.append({"instance": name, "hbm_per_core_bytes": profile.hbm_per_core, "fits": peak <= profile.hbm_per_core,
+        fits.append({"instance": profile.name, "hbm_per_core_bytes": profile.hbm_per_core, "fits": peak <= profile.hbm_per_core,
                      "cores_needed": needed, "cores_available": profile.num_cores,
                      "fits_sharded": needed <= profile.num_cores})
     allocations = sorted((s for r in records for s in r["signatures"] if s["allocated"] > 0),
@@ -346,9 +356,8 @@ def _hazards(signatures: list[dict], records: list[dict], targets: list[str], co
 
 # ---------------------------------------------------------- estimate and cost
 
-def _estimates(record: dict, targets: list[str]) -> list[dict]:
+def _estimates(record: dict, targets: list) -> list[dict]:
     from torch_neuronx.audit import estimate
-    from torch_neuronx.neuron.profiles import PROFILES
 
     seen = len(record["steps"])
     signatures = []
@@ -366,8 +375,8 @@ def _estimates(record: dict, targets: list[str]) -> list[dict]:
               for g in record["graphs"]]
     # Every recorded signature is an eager call (compiled graphs run as XLA executables,
     # recorded as graphs): each one is a launch, whether the script also compiles or not.
-    return [estimate.estimate_step(signatures, graphs, collectives, PROFILES[name], mode="eager")
-            for name in targets]
+    return [estimate.estimate_step(signatures, graphs, collectives, profile, mode="eager")
+            for profile in targets]
 
 
 def _collectives(record: dict) -> list[dict]:

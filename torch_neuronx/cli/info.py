@@ -86,7 +86,7 @@ def _instance() -> dict:
         "logical_cores": profile.num_cores,
         "physical_cores": profile.physical_cores,
         "lnc": profile.lnc,
-        "lnc_source": "default",  # NEURON_LOGICAL_NC_CONFIG is not read yet (issue #17)
+        "lnc_source": _source(config.LOGICAL_NC_CONFIG, "default"),
         "hbm_per_logical_core_bytes": profile.hbm_per_core,
         "hbm_total_bytes": profile.hbm_total,
         "fp8": profile.fp8,
@@ -94,10 +94,11 @@ def _instance() -> dict:
 
 
 def _visible_cores() -> dict:
-    from torch_neuronx import config, neuron
+    from torch_neuronx import neuron
+    from torch_neuronx.neuron import profiles
 
     cores = list(neuron._VISIBLE_CORES)
-    return {"cores": cores, "count": len(cores), "source": _source(config.VISIBLE_CORES, "all"),
+    return {"cores": cores, "count": len(cores), "source": profiles.cores_source(),
             "hbm_bytes": len(cores) * neuron._PROFILE.hbm_per_core}
 
 

@@ -23,9 +23,7 @@ def local_device_index() -> int | None:
     local_world = config.local_world_size()
     processes = max(local_world if local_world is not None else index + 1, index + 1)
     if processes > count:
-        visible = config.visible_cores()
-        where = (f"NEURON_RT_VISIBLE_CORES={visible!r}" if visible
-                 else "all cores of the instance profile")
+        where = _visible_cores_origin()
         raise RuntimeError(
             f"torch.distributed on neuron: {processes} processes on this node "
             f"(LOCAL_RANK={index}, LOCAL_WORLD_SIZE={local_world}) but only {count} "
@@ -34,6 +32,18 @@ def local_device_index() -> int | None:
             "or make more cores visible."
         )
     return index
+
+
+def _visible_cores_origin() -> str:
+    """What made these cores visible, for the error above."""
+    from torch_neuronx.neuron import profiles
+
+    source = profiles.cores_source()
+    if source == config.VISIBLE_CORES.name:
+        return f"NEURON_RT_VISIBLE_CORES={config.visible_cores()!r}"
+    if source == config.NUM_CORES.name:
+        return f"NEURON_RT_NUM_CORES={config.num_cores()}"
+    return f"all cores of {profiles.describe(neuron._PROFILE)}"
 
 
 def bind_device() -> int | None:

@@ -65,7 +65,7 @@ __all__ = [
 ]
 
 
-# The instance profile and visible cores this process was configured with. Read
+# The instance profile (under its LNC) and visible cores this process was configured with. Read
 # once, here, when torch_neuronx registers the device (it imports this module
 # and sizes the runtime from these two values): like the C++ core, the
 # properties do not follow later changes to the environment.
@@ -154,7 +154,8 @@ class NeuronDeviceProperties:
     instance: str
     platform: str
     core_generation: str
-    physical_core: int
+    physical_core: int  # the core's id on the instance (NEURON_RT_VISIBLE_CORES counts these)
+    lnc: int  # physical NeuronCores per logical core (NEURON_LOGICAL_NC_CONFIG)
     multi_processor_count: int = 1
     major: int = 0
     minor: int = 0
@@ -163,7 +164,7 @@ class NeuronDeviceProperties:
         return (
             f"NeuronDeviceProperties(name='{self.name}', total_memory="
             f"{self.total_memory // 1024**2}MB, instance='{self.instance}', "
-            f"core_generation='{self.core_generation}', physical_core={self.physical_core})"
+            f"core_generation='{self.core_generation}', physical_core={self.physical_core}, lnc={self.lnc})"
         )
 
 
@@ -181,6 +182,7 @@ def get_device_properties(device: Any = None) -> NeuronDeviceProperties:
         platform=profile.platform,
         core_generation=profile.core_generation,
         physical_core=physical,
+        lnc=profile.lnc,
         major=generation,
     )
 

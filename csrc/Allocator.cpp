@@ -236,13 +236,17 @@ void freeBlock(void* data) {
   auto& memory = *devices()[block->device];
   const Context stack = gatherContext(RecordContext::ALL);
   std::lock_guard<std::mutex> lock(memory.mutex);
-  // Freeing is immediate (execution is synchronous), so the free completes as
-  // it is requested: CUDA's two actions, back to back.
-  const Context& where = stack != nullptr ? stack : block->context;
-  const auto addr = reinterpret_cast<uint64_t>(block->ptr);
-  memory.history.record(TraceEntry::FREE_REQUESTED, block->device, addr, block->requested, where);
-  memory.history.record(TraceEntry::FREE_COMPLETED, block->device, addr, block->requested, where);
-  block->context.reset();
+  if (C10_UNLIKELY(memory.history.enabled)) {
+    // Freeing is immediate (execution is synchronous), so the free completes
+    // as it is requested: CUDA's two actions, back to back.
+    const Context& where = stack != nullptr ? stack : block->context;
+    const auto addr = reinterpret_cast<uint64_t>(block->ptr);
+    memory.history.record(TraceEntry::FREE_REQUESTED, block->device, addr, block->requested, where);
+    memory.history.record(TraceEntry::FREE_COMPLETED, block->device, addr, block->requested, where);
+  }
+  if (C10_UNLIKELY(block->context != nullptr)) {
+    block->context.reset();  // a cached block has no allocation stack
+  }
   block->allocated = false;
   updateStat(memory.stats.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
   updateStat(memory.stats.active_bytes, block->small, -static_cast<int64_t>(block->size));
@@ -393,9 +397,13 @@ c10::DataPtr NeuronAllocator::allocateOn(c10::DeviceIndex device, size_t nbytes)
   }
   block->allocated = true;
   block->requested = nbytes;
-  // As CUDA, the "alloc" action carries the size asked for.
-  memory.history.record(TraceEntry::ALLOC, device, reinterpret_cast<uint64_t>(block->ptr), nbytes, stack);
-  block->context = std::move(stack);
+  if (C10_UNLIKELY(memory.history.enabled)) {
+    // As CUDA, the "alloc" action carries the size asked for.
+    memory.history.record(TraceEntry::ALLOC, device, reinterpret_cast<uint64_t>(block->ptr), nbytes, stack);
+  }
+  if (C10_UNLIKELY(stack != nullptr)) {
+    block->context = std::move(stack);  // freeing resets it: a cached block has none
+  }
   updateStat(memory.stats.allocated_bytes, block->small, static_cast<int64_t>(block->size));
   updateStat(memory.stats.active_bytes, block->small, static_cast<int64_t>(block->size));
   updateStat(memory.stats.requested_bytes, block->small, static_cast<int64_t>(nbytes));

@@ -83,7 +83,14 @@ def _user_program(path) -> dict:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    return _user_program(tmp_path_factory.mktemp("memory_history") / "snap.pickle")
+    # No garbage collection while the program runs: a cycle left by an earlier
+    # test could free a neuron tensor in the middle of the expected trace.
+    gc.collect()
+    gc.disable()
+    try:
+        return _user_program(tmp_path_factory.mktemp("memory_history") / "snap.pickle")
+    finally:
+        gc.enable()
 
 
 @pytest.fixture

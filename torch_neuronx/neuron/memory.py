@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import inspect
 import pickle
 import sys
 import warnings
@@ -227,6 +228,9 @@ def _record_memory_history_legacy(
         clear=clear_history,
         skip_actions=_action_mask(skip_actions or ()),
     )
+
+
+_record_memory_history.__signature__ = inspect.signature(_record_memory_history_impl)  # as CUDA's
 
 
 def _check_choice(name: str, value: Any, choices: tuple) -> None:

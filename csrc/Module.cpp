@@ -97,18 +97,25 @@ class FrameFiller {
   std::vector<py::dict> owners_;
 };
 
-const char* actionName(c10::CachingDeviceAllocator::TraceEntry::Action action) {
-  using Action = c10::CachingDeviceAllocator::TraceEntry::Action;
-  switch (action) {
-    case Action::ALLOC: return "alloc";
-    case Action::FREE_REQUESTED: return "free_requested";
-    case Action::FREE_COMPLETED: return "free_completed";
-    case Action::SEGMENT_ALLOC: return "segment_alloc";
-    case Action::SEGMENT_FREE: return "segment_free";
-    case Action::SEGMENT_MAP: return "segment_map";
-    case Action::SEGMENT_UNMAP: return "segment_unmap";
-    case Action::SNAPSHOT: return "snapshot";
-    case Action::OOM: return "oom";
+// CUDA's names of the allocator's actions (torch.cuda.memory._snapshot()).
+using Action = c10::CachingDeviceAllocator::TraceEntry::Action;
+constexpr std::pair<const char*, Action> kActionNames[] = {
+    {"alloc", Action::ALLOC},
+    {"free_requested", Action::FREE_REQUESTED},
+    {"free_completed", Action::FREE_COMPLETED},
+    {"segment_alloc", Action::SEGMENT_ALLOC},
+    {"segment_free", Action::SEGMENT_FREE},
+    {"segment_map", Action::SEGMENT_MAP},
+    {"segment_unmap", Action::SEGMENT_UNMAP},
+    {"snapshot", Action::SNAPSHOT},
+    {"oom", Action::OOM},
+};
+
+const char* actionName(Action action) {
+  for (const auto& [name, value] : kActionNames) {
+    if (value == action) {
+      return name;
+    }
   }
   return "unknown";
 }
@@ -336,6 +343,20 @@ PYBIND11_MODULE(_C, m) {
   });
 
   m.def("_memory_snapshot", &memorySnapshot);
+  // The history's vocabulary (torch_neuronx/neuron/memory.py): RecordContext
+  // levels by the names of _record_memory_history's `context`, actions by name.
+  using c10::CachingDeviceAllocator::RecordContext;
+  m.attr("_record_contexts") = enumValues<RecordContext>({
+      {"never", RecordContext::NEVER},
+      {"state", RecordContext::STATE},
+      {"alloc", RecordContext::ALLOC},
+      {"all", RecordContext::ALL},
+  });
+  py::dict actions;
+  for (const auto& [name, value] : kActionNames) {
+    actions[name] = static_cast<int>(value);
+  }
+  m.attr("_trace_actions") = actions;
   m.def("_record_memory_history", &recordMemoryHistory, py::arg("enabled"), py::arg("context"),
         py::arg("cpp_frames"), py::arg("max_entries"), py::arg("clear"), py::arg("skip_actions"));
   // Host memory, in the vocabulary of csrc/Eager.h.

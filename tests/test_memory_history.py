@@ -372,12 +372,15 @@ def test_stacks_stop_at_exit_and_the_trace_stays(history):
     history(stacks="python", max_entries=10)
     assert neuron_memory._stop_stacks_at_exit
     x = torch.empty(1000, device=DEVICE)
-    neuron_memory._stop_stacks(10, 0)  # what the atexit handler runs
+    neuron_memory._stop_stacks()  # what the atexit handler runs
     y = torch.empty(1000, device=DEVICE)
     trace = memory._snapshot()["device_traces"][DEV]
     allocs = [e for e in trace if e["action"] == "alloc"]
     assert [e["addr"] for e in allocs] == [x.data_ptr(), y.data_ptr()]
     assert "frames" in allocs[0] and "frames" not in allocs[1]
+    history(None)
+    neuron_memory._stop_stacks()  # after recording was stopped: stays stopped
+    assert memory._snapshot()["device_traces"][DEV] == []
 
 
 def test_bad_arguments_say_what_is_expected(history):

@@ -133,14 +133,7 @@ def memory_snapshot() -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------ memory history
-# The names of CUDA's allocator (c10::CachingDeviceAllocator): RecordContext
-# levels, and TraceEntry actions in the order of its enum.
-_CONTEXT_LEVELS = {None: 0, "state": 1, "alloc": 2, "all": 3}
-_ACTIONS = (
-    "alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
-    "segment_unmap", "snapshot", "oom",
-)
-_stop_stacks_at_exit = False
+_stop_stacks_at_exit = False  # whether the atexit handler is registered (see _apply_history)
 
 
 def _record_memory_history(enabled: Any = "all", *args: Any, **kwargs: Any) -> None:
@@ -188,7 +181,7 @@ def _record_memory_history_impl(
     skip_actions: list[str] | None = None,
 ) -> None:
     _check_choice("enabled", enabled, (None, "state", "all"))
-    _check_choice("context", context, tuple(_CONTEXT_LEVELS))
+    _check_choice("context", context, (None, "state", "alloc", "all"))
     _check_choice("stacks", stacks, ("python", "all"))
     for name, value in (("compile_context", compile_context),
                         ("global_record_annotations", global_record_annotations)):
@@ -198,7 +191,7 @@ def _record_memory_history_impl(
                           "record_function annotations to attach.", stacklevel=3)
     _apply_history(
         enabled=enabled is not None,
-        context=_CONTEXT_LEVELS[context],
+        context=_context_level(context),
         cpp_frames=stacks == "all",
         # "state" keeps a one-entry trace, as in CUDA.
         max_entries=max_entries if enabled == "all" else 1,
@@ -222,7 +215,7 @@ def _record_memory_history_legacy(
     level = "alloc" if trace_alloc_record_context else "state" if record_context else None
     _apply_history(
         enabled=enabled,
-        context=_CONTEXT_LEVELS[level],
+        context=_context_level(level),
         cpp_frames=record_context_cpp,
         max_entries=trace_alloc_max_entries,
         clear=clear_history,
@@ -239,32 +232,44 @@ def _check_choice(name: str, value: Any, choices: tuple) -> None:
         raise ValueError(f"_record_memory_history: expected {name} to be one of {shown}, got {value!r}")
 
 
+def _context_level(context: str | None) -> int:
+    """The C++ RecordContext of a `context` argument."""
+    return _C._record_contexts["never" if context is None else context]
+
+
 def _action_mask(actions: Any) -> int:
+    """One bit per action, at the C++ TraceEntry::Action value."""
     mask = 0
     for action in actions:
-        if action not in _ACTIONS:
+        if action not in _C._trace_actions:
             raise ValueError(f"_record_memory_history: unknown action {action!r} in skip_actions; "
-                             f"valid actions: {', '.join(_ACTIONS)}")
-        mask |= 1 << _ACTIONS.index(action)
+                             f"valid actions: {', '.join(_C._trace_actions)}")
+        mask |= 1 << _C._trace_actions[action]
     return mask
 
 
 def _apply_history(*, enabled: bool, context: int, cpp_frames: bool, max_entries: int, clear: bool,
                    skip_actions: int) -> None:
-    global _stop_stacks_at_exit
+    global _stop_stacks_at_exit, _settings
     _C._init()
     _C._record_memory_history(enabled, context, cpp_frames, max_entries, clear, skip_actions)
-    if enabled and context and not _stop_stacks_at_exit:
+    _settings = (enabled, cpp_frames, max_entries, skip_actions)
+    if enabled and context != _context_level(None) and not _stop_stacks_at_exit:
         # Gathering a stack takes the GIL, which threads still freeing memory
         # while Python finalizes must not do (see csrc/Shutdown.cpp). Registered
         # after torch_neuronx's own handler, so it runs before it; the trace
         # recorded so far stays readable by handlers that run later.
         _stop_stacks_at_exit = True
-        atexit.register(_stop_stacks, max_entries, skip_actions)
+        atexit.register(_stop_stacks)
 
 
-def _stop_stacks(max_entries: int, skip_actions: int) -> None:
-    _C._record_memory_history(True, 0, False, max_entries, False, skip_actions)
+_settings = (False, False, 1, 0)  # what _apply_history applied last, but the context
+
+
+def _stop_stacks() -> None:
+    """Keeps recording as it is, without gathering stacks from now on."""
+    enabled, cpp_frames, max_entries, skip_actions = _settings
+    _C._record_memory_history(enabled, _context_level(None), cpp_frames, max_entries, False, skip_actions)
 
 
 def _snapshot(device: Any = None, augment_with_fx_traces: bool = False) -> dict[str, Any]:

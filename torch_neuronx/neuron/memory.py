@@ -134,6 +134,7 @@ def memory_snapshot() -> list[dict[str, Any]]:
 
 # ------------------------------------------------------------ memory history
 _stop_stacks_at_exit = False  # whether the atexit handler is registered (see _apply_history)
+_settings = (False, False, 1, 0)  # what _apply_history applied last, but the context
 
 
 def _record_memory_history(enabled: Any = "all", *args: Any, **kwargs: Any) -> None:
@@ -183,12 +184,7 @@ def _record_memory_history_impl(
     _check_choice("enabled", enabled, (None, "state", "all"))
     _check_choice("context", context, (None, "state", "alloc", "all"))
     _check_choice("stacks", stacks, ("python", "all"))
-    for name, value in (("compile_context", compile_context),
-                        ("global_record_annotations", global_record_annotations)):
-        if value:
-            warnings.warn(f"_record_memory_history: {name}=True has no effect on neuron: the neuron "
-                          "compiler runs graphs with XLA, without Inductor's compile context or "
-                          "record_function annotations to attach.", stacklevel=3)
+    _warn_not_applicable(compile_context=compile_context, global_record_annotations=global_record_annotations)
     _apply_history(
         enabled=enabled is not None,
         context=_context_level(context),
@@ -213,6 +209,7 @@ def _record_memory_history_legacy(
     skip_actions: list[str] | None = None,
 ) -> None:
     level = "alloc" if trace_alloc_record_context else "state" if record_context else None
+    _warn_not_applicable(compile_context=compile_context, global_record_annotations=global_record_annotations)
     _apply_history(
         enabled=enabled,
         context=_context_level(level),
@@ -230,6 +227,14 @@ def _check_choice(name: str, value: Any, choices: tuple) -> None:
     if value not in choices:
         shown = ", ".join("None" if c is None else repr(c) for c in choices)
         raise ValueError(f"_record_memory_history: expected {name} to be one of {shown}, got {value!r}")
+
+
+def _warn_not_applicable(**flags: bool) -> None:
+    for name, value in flags.items():
+        if value:
+            warnings.warn(f"_record_memory_history: {name}=True has no effect on neuron: the neuron "
+                          "compiler runs graphs with XLA, without Inductor's compile context or "
+                          "record_function annotations to attach.", stacklevel=4)
 
 
 def _context_level(context: str | None) -> int:
@@ -261,9 +266,6 @@ def _apply_history(*, enabled: bool, context: int, cpp_frames: bool, max_entries
         # recorded so far stays readable by handlers that run later.
         _stop_stacks_at_exit = True
         atexit.register(_stop_stacks)
-
-
-_settings = (False, False, 1, 0)  # what _apply_history applied last, but the context
 
 
 def _stop_stacks() -> None:

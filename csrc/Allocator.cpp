@@ -1,15 +1,18 @@
 #include "Allocator.h"
 #include "Runtime.h"
 
+#include <c10/util/ApproximateClock.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <tuple>
 #include <unordered_set>
 
 namespace torch_neuronx {
@@ -17,6 +20,9 @@ namespace {
 
 using c10::CachingAllocator::StatType;
 using c10::CachingDeviceAllocator::DeviceStats;
+using c10::CachingDeviceAllocator::RecordContext;
+using c10::CachingDeviceAllocator::TraceEntry;
+using Context = std::shared_ptr<c10::GatheredContext>;
 
 constexpr size_t kAlignment = 64;
 constexpr size_t kSmallLimit = 1 << 20;  // blocks below 1 MiB go to the small pool
@@ -43,6 +49,75 @@ struct Block {
   c10::DeviceIndex device;
   bool small;
   bool allocated;
+  Context context;          // stack of the allocation that holds the block (history on)
+  Context segment_context;  // stack of the allocation that created it (history on)
+};
+
+// ------------------------------------------------------------ history
+// The stack level to gather (a RecordContext) and the function gathering it.
+// Read before taking a core's lock, because stacks are gathered outside it as
+// in CUDA's allocator: gathering Python frames takes the GIL, and a thread that
+// holds the GIL may be waiting for that lock. History off, this load is the
+// whole cost of the feature on an allocation or a free.
+std::atomic<int> g_context_level{static_cast<int>(RecordContext::NEVER)};
+std::atomic<c10::CachingDeviceAllocator::CreateContextFn> g_recorder{nullptr};
+
+Context gatherContext(RecordContext level) {
+  if (g_context_level.load(std::memory_order_relaxed) < static_cast<int>(level)) {
+    return nullptr;
+  }
+  auto recorder = g_recorder.load(std::memory_order_acquire);
+  return recorder != nullptr ? recorder() : nullptr;
+}
+
+// One core's trace: a ring of its newest actions, guarded by the core's lock.
+struct History {
+  bool enabled = false;
+  RecordContext context = RecordContext::NEVER;
+  size_t max_entries = 1;
+  uint32_t skip_actions = 0;
+  std::vector<TraceEntry> ring;
+  size_t next = 0;  // once the ring is full: the oldest entry, overwritten next
+
+  void record(TraceEntry::Action action, c10::DeviceIndex device, uint64_t addr, size_t size,
+              const Context& stack) {
+    if (!enabled || (skip_actions >> action & 1u) != 0) {
+      return;
+    }
+    // As CUDA: a stack goes into the trace only from context="alloc" on.
+    TraceEntry entry(action, device, addr, size, /*stream=*/nullptr, /*mempool=*/{0, 0},
+                     /*time=*/0, context >= RecordContext::ALLOC ? stack : nullptr, "N/A");
+    entry.time_.t_ = c10::getTime() / 1000;  // microseconds since the epoch, CUDA's time_us
+    if (ring.size() < max_entries) {
+      ring.push_back(std::move(entry));
+    } else {
+      ring[next] = std::move(entry);
+      next = (next + 1) % max_entries;
+    }
+  }
+
+  std::vector<TraceEntry> entries() const {
+    std::vector<TraceEntry> result(ring.begin() + static_cast<std::ptrdiff_t>(next), ring.end());
+    result.insert(result.end(), ring.begin(), ring.begin() + static_cast<std::ptrdiff_t>(next));
+    return result;
+  }
+
+  void configure(const HistorySettings& settings) {
+    std::vector<TraceEntry> kept;
+    if (settings.enabled && !settings.clear) {
+      kept = entries();
+    }
+    const size_t limit = std::max<size_t>(1, settings.max_entries);
+    if (kept.size() > limit) {
+      kept.erase(kept.begin(), kept.end() - static_cast<std::ptrdiff_t>(limit));
+    }
+    ring = std::move(kept);
+    next = 0;
+    enabled = settings.enabled;
+    context = settings.enabled ? settings.context : RecordContext::NEVER;
+    max_entries = limit;
+    skip_actions = settings.skip_actions;
+  }
 };
 
 // Data pointers of every live device block: lets a raw deallocation that went
@@ -88,6 +163,7 @@ struct DeviceMemory {
   DeviceStats stats;
   size_t reserved = 0;
   int64_t window_peak = 0;  // see NeuronAllocator::takeWindowPeak
+  History history;
 
   // Takes a cached block that fits `size` without wasting more than a
   // quarter of it (small blocks must match their size class exactly).
@@ -106,13 +182,16 @@ struct DeviceMemory {
     return block;
   }
 
-  void releaseCached() {
-    releasePool(free_small);
-    releasePool(free_large);
+  // `stack`: where the release was asked for (null: each segment's creation).
+  void releaseCached(const Context& stack) {
+    releasePool(free_small, stack);
+    releasePool(free_large, stack);
   }
 
-  void releasePool(std::multimap<size_t, Block*>& pool) {
+  void releasePool(std::multimap<size_t, Block*>& pool, const Context& stack) {
     for (auto& [size, block] : pool) {
+      history.record(TraceEntry::SEGMENT_FREE, block->device, reinterpret_cast<uint64_t>(block->ptr),
+                     block->size, stack != nullptr ? stack : block->segment_context);
       {
         std::lock_guard<std::mutex> lock(g_segments_mutex);
         segmentPointers().erase(block->ptr);
@@ -155,7 +234,19 @@ Block* blockOf(void* data) {
 void freeBlock(void* data) {
   auto* block = blockOf(data);
   auto& memory = *devices()[block->device];
+  const Context stack = gatherContext(RecordContext::ALL);
   std::lock_guard<std::mutex> lock(memory.mutex);
+  if (C10_UNLIKELY(memory.history.enabled)) {
+    // Freeing is immediate (execution is synchronous), so the free completes
+    // as it is requested: CUDA's two actions, back to back.
+    const Context& where = stack != nullptr ? stack : block->context;
+    const auto addr = reinterpret_cast<uint64_t>(block->ptr);
+    memory.history.record(TraceEntry::FREE_REQUESTED, block->device, addr, block->requested, where);
+    memory.history.record(TraceEntry::FREE_COMPLETED, block->device, addr, block->requested, where);
+  }
+  if (C10_UNLIKELY(block->context != nullptr)) {
+    block->context.reset();  // a cached block has no allocation stack
+  }
   block->allocated = false;
   updateStat(memory.stats.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
   updateStat(memory.stats.active_bytes, block->small, -static_cast<int64_t>(block->size));
@@ -166,12 +257,14 @@ void freeBlock(void* data) {
 }
 
 [[noreturn]] void throwOutOfMemory(
-    c10::DeviceIndex device, size_t request, DeviceMemory& memory) {
+    c10::DeviceIndex device, size_t request, DeviceMemory& memory, const Context& stack) {
   memory.stats.num_ooms++;
   const size_t capacity = static_cast<size_t>(deviceCapacity(device));
   const auto allocated = static_cast<size_t>(
       memory.stats.allocated_bytes[static_cast<size_t>(StatType::AGGREGATE)].current);
   const size_t free_bytes = capacity > memory.reserved ? capacity - memory.reserved : 0;
+  // CUDA's "oom" action: the address field holds the free bytes (device_free).
+  memory.history.record(TraceEntry::OOM, device, free_bytes, request, stack);
   TORCH_CHECK_WITH(
       OutOfMemoryError,
       false,
@@ -186,13 +279,15 @@ void freeBlock(void* data) {
 }
 
 // Allocates a new segment, flushing the cache once if the core is full.
-Block* newBlock(c10::DeviceIndex device, size_t size, bool small, DeviceMemory& memory) {
+// `stack`: the allocation's (history on).
+Block* newBlock(c10::DeviceIndex device, size_t size, bool small, DeviceMemory& memory,
+                const Context& stack) {
   const size_t capacity = static_cast<size_t>(deviceCapacity(device));
   if (memory.reserved + size > capacity) {
     memory.stats.num_alloc_retries++;
-    memory.releaseCached();
+    memory.releaseCached(stack);
     if (memory.reserved + size > capacity) {
-      throwOutOfMemory(device, size, memory);
+      throwOutOfMemory(device, size, memory, stack);
     }
   }
   const size_t alignment = small ? kAlignment : kPageSize;
@@ -200,15 +295,16 @@ Block* newBlock(c10::DeviceIndex device, size_t size, bool small, DeviceMemory& 
   const size_t total = (offset + size + alignment - 1) / alignment * alignment;
   void* base = std::aligned_alloc(alignment, total);
   if (base == nullptr) {
-    memory.releaseCached();
+    memory.releaseCached(stack);
     base = std::aligned_alloc(alignment, total);
     if (base == nullptr) {
-      throwOutOfMemory(device, size, memory);
+      throwOutOfMemory(device, size, memory, stack);
     }
   }
   char* data = static_cast<char*>(base) + offset;
-  auto* block = new Block{data, base, size, 0, device, small, false};
+  auto* block = new Block{data, base, size, 0, device, small, false, nullptr, stack};
   *reinterpret_cast<Block**>(data - kHeader) = block;
+  memory.history.record(TraceEntry::SEGMENT_ALLOC, device, reinterpret_cast<uint64_t>(data), size, stack);
   {
     std::lock_guard<std::mutex> lock(g_segments_mutex);
     segmentPointers().insert(block->ptr);
@@ -293,13 +389,21 @@ c10::DataPtr NeuronAllocator::allocateOn(c10::DeviceIndex device, size_t nbytes)
   auto& memory = memoryOf(device);
   const size_t size = roundSize(nbytes);
   const bool small = nbytes < kSmallLimit;  // the pool follows the request, as in CUDA
+  Context stack = gatherContext(RecordContext::STATE);
   std::lock_guard<std::mutex> lock(memory.mutex);
   Block* block = memory.takeCached(size, small);
   if (block == nullptr) {
-    block = newBlock(device, size, small, memory);
+    block = newBlock(device, size, small, memory, stack);
   }
   block->allocated = true;
   block->requested = nbytes;
+  if (C10_UNLIKELY(memory.history.enabled)) {
+    // As CUDA, the "alloc" action carries the size asked for.
+    memory.history.record(TraceEntry::ALLOC, device, reinterpret_cast<uint64_t>(block->ptr), nbytes, stack);
+  }
+  if (C10_UNLIKELY(stack != nullptr)) {
+    block->context = std::move(stack);  // freeing resets it: a cached block has none
+  }
   updateStat(memory.stats.allocated_bytes, block->small, static_cast<int64_t>(block->size));
   updateStat(memory.stats.active_bytes, block->small, static_cast<int64_t>(block->size));
   updateStat(memory.stats.requested_bytes, block->small, static_cast<int64_t>(nbytes));
@@ -323,10 +427,11 @@ bool NeuronAllocator::initialized() {
 }
 
 void NeuronAllocator::emptyCache(c10::MempoolId_t /*mempool_id*/) {
+  const Context stack = gatherContext(RecordContext::ALL);
   for (c10::DeviceIndex i = 0; i < deviceCount(); ++i) {
     auto& memory = memoryOf(i);
     std::lock_guard<std::mutex> lock(memory.mutex);
-    memory.releaseCached();
+    memory.releaseCached(stack);
   }
 }
 
@@ -396,17 +501,53 @@ bool NeuronAllocator::owns(const c10::DataPtr& ptr) {
   return ptr.get_deleter() == &freeBlock;
 }
 
-std::vector<BlockInfo> NeuronAllocator::snapshot() {
-  std::vector<BlockInfo> result;
+void NeuronAllocator::recordHistory(const HistorySettings& settings) {
+  // Stop gathering first and publish the new recorder before its level, so
+  // that an allocation never sees a level without a recorder.
+  g_context_level.store(static_cast<int>(RecordContext::NEVER), std::memory_order_relaxed);
+  g_recorder.store(settings.enabled ? settings.recorder : nullptr, std::memory_order_release);
   for (c10::DeviceIndex i = 0; i < deviceCount(); ++i) {
     auto& memory = memoryOf(i);
     std::lock_guard<std::mutex> lock(memory.mutex);
-    for (Block* block : memory.all_blocks) {
-      result.push_back(BlockInfo{
-          block->device, reinterpret_cast<uint64_t>(block->ptr), block->size,
-          block->requested, block->allocated, block->small});
-    }
+    memory.history.configure(settings);
   }
+  const bool gather = settings.enabled && settings.recorder != nullptr;
+  g_context_level.store(
+      static_cast<int>(gather ? settings.context : RecordContext::NEVER), std::memory_order_relaxed);
+}
+
+MemorySnapshot NeuronAllocator::snapshot() {
+  MemorySnapshot result;
+  for (c10::DeviceIndex i = 0; i < deviceCount(); ++i) {
+    auto& memory = memoryOf(i);
+    std::lock_guard<std::mutex> lock(memory.mutex);
+    size_t active = 0;
+    for (Block* block : memory.all_blocks) {
+      c10::CachingDeviceAllocator::SegmentInfo segment;
+      segment.device = i;
+      segment.address = reinterpret_cast<size_t>(block->ptr);
+      segment.total_size = block->size;
+      segment.requested_size = block->allocated ? block->requested : 0;
+      segment.allocated_size = block->allocated ? block->size : 0;
+      segment.active_size = segment.allocated_size;
+      segment.is_large = !block->small;
+      segment.context_when_allocated = block->segment_context;
+      c10::CachingDeviceAllocator::BlockInfo info;
+      info.size = block->size;
+      info.requested_size = block->requested;
+      info.allocated = block->allocated;
+      info.active = block->allocated;
+      info.context_when_allocated = block->allocated ? block->context : nullptr;
+      segment.blocks.push_back(std::move(info));
+      active += segment.active_size;
+      result.segments.push_back(std::move(segment));
+    }
+    memory.history.record(TraceEntry::SNAPSHOT, i, 0, active, nullptr);
+    result.device_traces.push_back(memory.history.entries());
+  }
+  std::sort(result.segments.begin(), result.segments.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.device, a.address) < std::tie(b.device, b.address);
+  });
   return result;
 }
 

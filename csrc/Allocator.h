@@ -4,7 +4,9 @@
 // XLA through DLPack without a copy. Freed blocks stay cached in a small pool
 // (< 1 MiB, 512-byte size classes) or a large pool (>= 1 MiB, four size
 // classes per power of two) and are reused; going over the capacity raises
-// torch.OutOfMemoryError with CUDA's wording.
+// torch.OutOfMemoryError with CUDA's wording. On request it records a history
+// of what it did, in the vocabulary of CUDA's caching allocator, for PyTorch's
+// memory visualizer (torch.neuron.memory._record_memory_history).
 #pragma once
 
 #include <c10/core/Allocator.h>
@@ -16,13 +18,24 @@
 
 namespace torch_neuronx {
 
-struct BlockInfo {
-  c10::DeviceIndex device;
-  uint64_t address;
-  size_t size;       // bytes reserved for the block (its size class)
-  size_t requested;  // bytes the caller asked for
-  bool allocated;    // false: cached, free for reuse
-  bool small_pool;
+// What torch.neuron.memory._record_memory_history asked for; the meaning of
+// each field is that of CUDA's allocator (c10::CachingDeviceAllocator).
+struct HistorySettings {
+  bool enabled = false;  // record a trace of the allocator's actions
+  c10::CachingDeviceAllocator::RecordContext context =
+      c10::CachingDeviceAllocator::RecordContext::NEVER;  // which actions get a stack
+  c10::CachingDeviceAllocator::CreateContextFn recorder = nullptr;  // gathers a stack
+  size_t max_entries = 1;  // the trace keeps the newest this many actions
+  bool clear = false;      // drop what was recorded so far
+  uint32_t skip_actions = 0;  // bit (1 << TraceEntry::Action) set: not recorded
+};
+
+// The allocator's state in CUDA's terms: one segment per host allocation
+// (holding exactly one block: blocks are never split), sorted by (device,
+// address), and each core's trace, oldest action first.
+struct MemorySnapshot {
+  std::vector<c10::CachingDeviceAllocator::SegmentInfo> segments;
+  std::vector<std::vector<c10::CachingDeviceAllocator::TraceEntry>> device_traces;
 };
 
 class NeuronAllocator final : public c10::DeviceAllocator {
@@ -50,7 +63,14 @@ class NeuronAllocator final : public c10::DeviceAllocator {
 
   // True when the DataPtr's memory belongs to this allocator.
   static bool owns(const c10::DataPtr& ptr);
-  std::vector<BlockInfo> snapshot();
+
+  // Starts, changes or (settings.enabled false) stops and clears the history
+  // of every core. With history off, an allocation or a free pays one relaxed
+  // atomic load and one test of a flag it already holds the lock for.
+  void recordHistory(const HistorySettings& settings);
+  // The state of every core; records a "snapshot" action in each trace, as
+  // CUDA's allocator does.
+  MemorySnapshot snapshot();
 };
 
 NeuronAllocator& neuronAllocator();

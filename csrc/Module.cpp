@@ -7,7 +7,10 @@
 #include "Runtime.h"
 
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/profiler/combined_traceback.h>
 #include <torch/extension.h>
+
+#include <unordered_map>
 
 namespace torch_neuronx {
 void registerHooks();
@@ -17,19 +20,171 @@ namespace {
 
 namespace tn = torch_neuronx;
 
-py::list memorySnapshot() {
-  py::list blocks;
-  for (const auto& block : tn::neuronAllocator().snapshot()) {
-    py::dict entry;
-    entry["device"] = static_cast<int>(block.device);
-    entry["address"] = block.address;
-    entry["size"] = block.size;
-    entry["requested_size"] = block.requested;
-    entry["allocated"] = block.allocated;
-    entry["pool"] = block.small_pool ? "small" : "large";
-    blocks.append(entry);
+// ------------------------------------------------------------ memory history
+// Stacks are gathered the way CUDA's allocator gathers them
+// (torch/csrc/cuda/memory_snapshot.cpp): Python and TorchScript frames, plus
+// the C++ frames for stacks="all".
+std::shared_ptr<c10::GatheredContext> gatherPythonStack() {
+  return torch::CapturedTraceback::gather(/*python=*/true, /*script=*/true, /*cpp=*/false);
+}
+
+std::shared_ptr<c10::GatheredContext> gatherFullStack() {
+  return torch::CapturedTraceback::gather(/*python=*/true, /*script=*/true, /*cpp=*/true);
+}
+
+// Arguments already validated by torch_neuronx/neuron/memory.py.
+void recordMemoryHistory(bool enabled, int context, bool cpp_frames, size_t max_entries,
+                         bool clear, uint32_t skip_actions) {
+  tn::HistorySettings settings;
+  settings.enabled = enabled;
+  settings.context = static_cast<c10::CachingDeviceAllocator::RecordContext>(context);
+  settings.recorder = cpp_frames ? &gatherFullStack : &gatherPythonStack;
+  settings.max_entries = max_entries;
+  settings.clear = clear;
+  settings.skip_actions = skip_actions;
+  if (enabled && cpp_frames) {
+    torch::unwind::unwind();  // warm up C++ unwinding before the first allocation needs it
   }
-  return blocks;
+  tn::neuronAllocator().recordHistory(settings);
+}
+
+// Fills the "frames" of every dict that has a stack: symbolized in one batch,
+// as lists of {"filename", "line", "name"} (frames shared between stacks are
+// built once).
+class FrameFiller {
+ public:
+  void add(py::dict owner, const std::shared_ptr<c10::GatheredContext>& stack) {
+    if (stack == nullptr) {
+      owner["frames"] = py::list();
+      return;
+    }
+    stacks_.push_back(torch::getCapturedTracebackFromContext(stack));
+    owners_.push_back(std::move(owner));
+  }
+
+  void fill() {
+    std::unordered_map<torch::CapturedTraceback*, size_t> index;
+    std::vector<torch::CapturedTraceback*> unique;
+    for (auto* stack : stacks_) {
+      if (index.emplace(stack, unique.size()).second) {
+        unique.push_back(stack);
+      }
+    }
+    const auto symbolized = torch::symbolize(unique);
+    std::vector<py::dict> frames;
+    for (const auto& frame : symbolized.all_frames) {
+      py::dict entry;
+      entry["filename"] = frame.filename;
+      entry["line"] = frame.lineno;
+      entry["name"] = frame.funcname;
+      frames.push_back(std::move(entry));
+    }
+    std::vector<py::list> lists;
+    for (const auto& traceback : symbolized.tracebacks) {
+      py::list list;
+      for (uint64_t frame : traceback) {
+        list.append(frames.at(frame));
+      }
+      lists.push_back(std::move(list));
+    }
+    for (size_t i = 0; i < owners_.size(); ++i) {
+      owners_[i]["frames"] = lists.at(index.at(stacks_[i]));
+    }
+  }
+
+ private:
+  std::vector<torch::CapturedTraceback*> stacks_;
+  std::vector<py::dict> owners_;
+};
+
+// CUDA's names of the allocator's actions (torch.cuda.memory._snapshot()).
+using Action = c10::CachingDeviceAllocator::TraceEntry::Action;
+constexpr std::pair<const char*, Action> kActionNames[] = {
+    {"alloc", Action::ALLOC},
+    {"free_requested", Action::FREE_REQUESTED},
+    {"free_completed", Action::FREE_COMPLETED},
+    {"segment_alloc", Action::SEGMENT_ALLOC},
+    {"segment_free", Action::SEGMENT_FREE},
+    {"segment_map", Action::SEGMENT_MAP},
+    {"segment_unmap", Action::SEGMENT_UNMAP},
+    {"snapshot", Action::SNAPSHOT},
+    {"oom", Action::OOM},
+};
+
+const char* actionName(Action action) {
+  for (const auto& [name, value] : kActionNames) {
+    if (value == action) {
+      return name;
+    }
+  }
+  return "unknown";
+}
+
+// The dict torch.cuda.memory._snapshot() returns, with the same keys.
+py::dict memorySnapshot() {
+  tn::MemorySnapshot snapshot;
+  {
+    py::gil_scoped_release no_gil;  // the allocator's locks are never held while waiting for the GIL
+    snapshot = tn::neuronAllocator().snapshot();
+  }
+  FrameFiller frames;
+  py::list segments;
+  for (const auto& segment : snapshot.segments) {
+    py::dict entry;
+    entry["device"] = static_cast<int>(segment.device);
+    entry["address"] = segment.address;
+    entry["total_size"] = segment.total_size;
+    entry["allocated_size"] = segment.allocated_size;
+    entry["active_size"] = segment.active_size;
+    entry["requested_size"] = segment.requested_size;
+    entry["stream"] = 0;
+    entry["segment_type"] = segment.is_large ? "large" : "small";
+    entry["segment_pool_id"] = py::make_tuple(0, 0);
+    entry["is_expandable"] = false;
+    frames.add(entry, segment.context_when_allocated);
+    py::list blocks;
+    size_t address = segment.address;
+    for (const auto& block : segment.blocks) {
+      py::dict info;
+      info["address"] = address;
+      info["size"] = block.size;
+      info["requested_size"] = block.requested_size;
+      info["state"] = block.allocated ? "active_allocated" : "inactive";
+      frames.add(info, block.context_when_allocated);
+      blocks.append(info);
+      address += block.size;
+    }
+    entry["blocks"] = blocks;
+    segments.append(entry);
+  }
+  py::list traces;
+  for (const auto& device_trace : snapshot.device_traces) {
+    py::list trace;
+    for (const auto& te : device_trace) {
+      py::dict entry;
+      entry["action"] = actionName(te.action_);
+      entry[te.action_ == c10::CachingDeviceAllocator::TraceEntry::OOM ? "device_free" : "addr"] = te.addr_;
+      entry["size"] = te.size_;
+      entry["stream"] = 0;
+      entry["time_us"] = static_cast<int64_t>(te.time_.t_);
+      entry["compile_context"] = te.compile_context_;
+      entry["user_metadata"] = te.user_metadata_;
+      if (te.context_ != nullptr) {  // as CUDA: no "frames" key without a stack
+        frames.add(entry, te.context_);
+      }
+      trace.append(entry);
+    }
+    traces.append(trace);
+  }
+  frames.fill();
+  py::dict settings;
+  settings["expandable_segments"] = false;
+  py::dict result;
+  result["segments"] = segments;
+  result["device_traces"] = traces;
+  result["external_annotations"] = py::list();
+  result["allocator_settings"] = settings;
+  return result;
 }
 
 // A dict name -> integer value of a C++ enum.
@@ -188,6 +343,22 @@ PYBIND11_MODULE(_C, m) {
   });
 
   m.def("_memory_snapshot", &memorySnapshot);
+  // The history's vocabulary (torch_neuronx/neuron/memory.py): RecordContext
+  // levels by the names of _record_memory_history's `context`, actions by name.
+  using c10::CachingDeviceAllocator::RecordContext;
+  m.attr("_record_contexts") = enumValues<RecordContext>({
+      {"never", RecordContext::NEVER},
+      {"state", RecordContext::STATE},
+      {"alloc", RecordContext::ALLOC},
+      {"all", RecordContext::ALL},
+  });
+  py::dict actions;
+  for (const auto& [name, value] : kActionNames) {
+    actions[name] = static_cast<int>(value);
+  }
+  m.attr("_trace_actions") = actions;
+  m.def("_record_memory_history", &recordMemoryHistory, py::arg("enabled"), py::arg("context"),
+        py::arg("cpp_frames"), py::arg("max_entries"), py::arg("clear"), py::arg("skip_actions"));
   // Host memory, in the vocabulary of csrc/Eager.h.
   m.def("_host_alias", &tn::hostAlias,
         "The host alias of a neuron tensor: a CPU tensor over the same memory (no copy).");

@@ -20,6 +20,7 @@ def _autoload() -> None:
 
 
 import atexit  # noqa: E402
+import sys  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -37,6 +38,12 @@ def _register_device() -> None:
     _C._configure(len(cores), [neuron._PROFILE.hbm_per_core] * len(cores))
     torch.utils.rename_privateuse1_backend("neuron")
     torch._register_device_module("neuron", neuron)
+    # Its submodules under their torch.neuron names too: `import torch.neuron.memory`
+    # (written as for torch.cuda.memory) must find the loaded module, not load
+    # memory.py a second time as another module with its own state.
+    for name, module in list(sys.modules.items()):
+        if name.startswith("torch_neuronx.neuron."):
+            sys.modules["torch.neuron." + name.removeprefix("torch_neuronx.neuron.")] = module
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_storage=True
     )

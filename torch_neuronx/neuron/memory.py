@@ -1,13 +1,19 @@
 """Memory API of the neuron device, over the caching allocator in csrc/.
 
 The statistics use CUDA's key names ("allocated_bytes.all.current", ...), read
-through torch.accelerator so there is one code path for both APIs.
+through torch.accelerator so there is one code path for both APIs. Snapshots
+and the allocator's history use the format of torch.cuda.memory, so that
+PyTorch's memory visualizer (torch.cuda._memory_viz) reads them.
 """
 
 from __future__ import annotations
 
+import atexit
 import collections
+import inspect
 import pickle
+import sys
+import warnings
 from typing import Any
 
 import torch
@@ -119,45 +125,178 @@ def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
 
 
 def memory_snapshot() -> list[dict[str, Any]]:
-    """Segments of every core in the format of torch.cuda.memory_snapshot()."""
-    segments = []
-    for block in _C._memory_snapshot():
-        state = "active_allocated" if block["allocated"] else "inactive"
-        segments.append(
-            {
-                "device": block["device"],
-                "address": block["address"],
-                "total_size": block["size"],
-                "allocated_size": block["size"] if block["allocated"] else 0,
-                "active_size": block["size"] if block["allocated"] else 0,
-                "requested_size": block["requested_size"] if block["allocated"] else 0,
-                "stream": 0,
-                "segment_type": block["pool"],
-                "segment_pool_id": (0, 0),
-                "is_expandable": False,
-                "frames": [],
-                "blocks": [
-                    {
-                        "address": block["address"],
-                        "size": block["size"],
-                        "requested_size": block["requested_size"],
-                        "state": state,
-                        "frames": [],
-                    }
-                ],
-            }
-        )
-    return sorted(segments, key=lambda s: (s["device"], s["address"]))
+    """Segments of every core in the format of torch.cuda.memory_snapshot().
+
+    The "segments" of _snapshot(): one function builds both.
+    """
+    return _snapshot()["segments"]
 
 
-def _snapshot(device: Any = None) -> dict[str, Any]:
-    """The dict torch.cuda.memory._snapshot() returns, for PyTorch's memory viz."""
-    return {
-        "segments": memory_snapshot(),
-        "device_traces": [[] for _ in range(_C._device_count())],
-    }
+# ------------------------------------------------------------ memory history
+_stop_stacks_at_exit = False  # whether the atexit handler is registered (see _apply_history)
+_settings = (False, False, 1, 0)  # what _apply_history applied last, but the context
 
 
-def _dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
+def _record_memory_history(enabled: Any = "all", *args: Any, **kwargs: Any) -> None:
+    """Records what the allocator does, for torch.neuron.memory._snapshot().
+
+    Same arguments and meaning as torch.cuda.memory._record_memory_history,
+    including its legacy form (``enabled`` a bool, ``trace_alloc_max_entries``,
+    ...):
+
+    - ``enabled``: None stops recording and clears the history; "state" keeps
+      the stacks of live allocations (and a one-entry trace, as CUDA does);
+      "all" also keeps a history of every action: alloc, free_requested,
+      free_completed (one right after the other: frees are immediate),
+      segment_alloc and segment_free (a host allocation of a core taken or
+      returned), oom (before torch.OutOfMemoryError is raised), snapshot.
+    - ``context``: which actions keep a stack: None, "state" (live allocations),
+      "alloc" (also alloc actions), "all" (also frees).
+    - ``stacks``: "python" (Python and TorchScript frames) or "all" (also C++).
+    - ``max_entries``: the history keeps the newest this many actions.
+    - ``clear_history``: drops what was recorded so far.
+    - ``skip_actions``: actions not to record.
+
+    Not applicable on neuron: ``device`` (ignored by CUDA too: the history
+    covers every core), ``compile_context`` and ``global_record_annotations``
+    (Inductor and record_function annotations; the neuron compiler runs
+    graphs with XLA, so there is nothing to attach), which warn when set.
+    segment_map/segment_unmap never occur (no expandable segments), nor does
+    the active_pending_free state (frees never wait for a stream).
+    """
+    if isinstance(enabled, bool):
+        _record_memory_history_legacy(enabled, *args, **kwargs)
+    else:
+        _record_memory_history_impl(enabled, *args, **kwargs)
+
+
+def _record_memory_history_impl(
+    enabled: str | None = "all",
+    context: str | None = "all",
+    stacks: str = "all",
+    max_entries: int = sys.maxsize,
+    device: Any = None,
+    clear_history: bool = False,
+    compile_context: bool = False,
+    global_record_annotations: bool = False,
+    skip_actions: list[str] | None = None,
+) -> None:
+    _check_choice("enabled", enabled, (None, "state", "all"))
+    _check_choice("context", context, (None, "state", "alloc", "all"))
+    _check_choice("stacks", stacks, ("python", "all"))
+    _warn_not_applicable(compile_context=compile_context, global_record_annotations=global_record_annotations)
+    _apply_history(
+        enabled=enabled is not None,
+        context=_context_level(context),
+        cpp_frames=stacks == "all",
+        # "state" keeps a one-entry trace, as in CUDA.
+        max_entries=max_entries if enabled == "all" else 1,
+        clear=clear_history,
+        skip_actions=_action_mask(skip_actions or ()),
+    )
+
+
+def _record_memory_history_legacy(
+    enabled: bool,
+    record_context: bool = True,
+    trace_alloc_max_entries: int = 1,
+    trace_alloc_record_context: bool = False,
+    device: Any = None,
+    record_context_cpp: bool = False,
+    clear_history: bool = False,
+    compile_context: bool = False,
+    global_record_annotations: bool = False,
+    skip_actions: list[str] | None = None,
+) -> None:
+    level = "alloc" if trace_alloc_record_context else "state" if record_context else None
+    _warn_not_applicable(compile_context=compile_context, global_record_annotations=global_record_annotations)
+    _apply_history(
+        enabled=enabled,
+        context=_context_level(level),
+        cpp_frames=record_context_cpp,
+        max_entries=trace_alloc_max_entries,
+        clear=clear_history,
+        skip_actions=_action_mask(skip_actions or ()),
+    )
+
+
+_record_memory_history.__signature__ = inspect.signature(_record_memory_history_impl)  # as CUDA's
+
+
+def _check_choice(name: str, value: Any, choices: tuple) -> None:
+    if value not in choices:
+        shown = ", ".join("None" if c is None else repr(c) for c in choices)
+        raise ValueError(f"_record_memory_history: expected {name} to be one of {shown}, got {value!r}")
+
+
+def _warn_not_applicable(**flags: bool) -> None:
+    for name, value in flags.items():
+        if value:
+            warnings.warn(f"_record_memory_history: {name}=True has no effect on neuron: the neuron "
+                          "compiler runs graphs with XLA, without Inductor's compile context or "
+                          "record_function annotations to attach.", stacklevel=4)
+
+
+def _context_level(context: str | None) -> int:
+    """The C++ RecordContext of a `context` argument."""
+    return _C._record_contexts["never" if context is None else context]
+
+
+def _action_mask(actions: Any) -> int:
+    """One bit per action, at the C++ TraceEntry::Action value."""
+    mask = 0
+    for action in actions:
+        if action not in _C._trace_actions:
+            raise ValueError(f"_record_memory_history: unknown action {action!r} in skip_actions; "
+                             f"valid actions: {', '.join(_C._trace_actions)}")
+        mask |= 1 << _C._trace_actions[action]
+    return mask
+
+
+def _apply_history(*, enabled: bool, context: int, cpp_frames: bool, max_entries: int, clear: bool,
+                   skip_actions: int) -> None:
+    global _stop_stacks_at_exit, _settings
+    _C._init()
+    _C._record_memory_history(enabled, context, cpp_frames, max_entries, clear, skip_actions)
+    _settings = (enabled, cpp_frames, max_entries, skip_actions)
+    if enabled and context != _context_level(None) and not _stop_stacks_at_exit:
+        # Gathering a stack takes the GIL, which threads still freeing memory
+        # while Python finalizes must not do (see csrc/Shutdown.cpp). Registered
+        # after torch_neuronx's own handler, so it runs before it; the trace
+        # recorded so far stays readable by handlers that run later.
+        _stop_stacks_at_exit = True
+        atexit.register(_stop_stacks)
+
+
+def _stop_stacks() -> None:
+    """Keeps recording as it is, without gathering stacks from now on."""
+    enabled, cpp_frames, max_entries, skip_actions = _settings
+    _C._record_memory_history(enabled, _context_level(None), cpp_frames, max_entries, False, skip_actions)
+
+
+def _snapshot(device: Any = None, augment_with_fx_traces: bool = False) -> dict[str, Any]:
+    """The state of the allocator as torch.cuda.memory._snapshot() returns it.
+
+    ``segments`` (every core, as memory_snapshot()), ``device_traces`` (one list
+    of actions per core, oldest first, recorded by _record_memory_history),
+    ``allocator_settings`` and ``external_annotations``. Like CUDA's, it covers
+    every core whatever ``device`` is, and adds a "snapshot" action to each
+    recording core's trace.
+    """
+    if not _C._is_initialized():
+        _C._init()
+    snapshot = _C._memory_snapshot()
+    if augment_with_fx_traces:
+        from torch._utils import _augment_memory_snapshot_stack_traces
+
+        snapshot = _augment_memory_snapshot_stack_traces(snapshot)
+    return snapshot
+
+
+def _dump_snapshot(filename: str = "dump_snapshot.pickle", augment_with_fx_traces: bool = False) -> None:
+    """Pickles _snapshot() to ``filename``, for PyTorch's memory visualizer:
+    ``python -m torch.cuda._memory_viz trace_plot FILE -o out.html`` (or
+    ``segment_plot``), or https://pytorch.org/memory_viz."""
+    snapshot = _snapshot(augment_with_fx_traces=augment_with_fx_traces)
     with open(filename, "wb") as f:
-        pickle.dump(_snapshot(), f)
+        pickle.dump(snapshot, f)

@@ -275,7 +275,8 @@ void freeBlock(void* data) {
       " is allocated by PyTorch, and ", formatBytes(memory.reserved - allocated),
       " is reserved by PyTorch but unallocated. Free tensors you no longer need, "
       "reduce the batch or model size, or choose an instance profile with more HBM per "
-      "core (TORCH_NEURONX_INSTANCE). See torch.neuron.memory_summary() for details.");
+      "core (TORCH_NEURONX_INSTANCE; at NEURON_LOGICAL_NC_CONFIG=1 a core has half the HBM "
+      "it has at 2). See torch.neuron.memory_summary() for details.");
 }
 
 // Allocates a new segment, flushing the cache once if the core is full.

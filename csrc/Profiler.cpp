@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <sstream>
 
 // GenericTraceActivity's out-of-line virtual (its key function) lives in
 // libtorch_cpu but is not exported, so its vtable is not either: an extension
@@ -33,11 +34,48 @@ void libkineto::GenericTraceActivity::log(libkineto::ActivityLogger& logger) con
 namespace torch_neuronx::profiler {
 namespace {
 
+// What a profile records, from the custom_profiler_config string that
+// torch_neuronx.profiling.NeuronConfig builds ("key:value;...": AWS's
+// max_events_per_nc and capture_enabled_for_nc, the cores listed one by one).
+struct Capture {
+  bool device_events = true;         // neither RUNTIME nor DEVICE mode: none
+  int64_t max_events_per_core = -1;  // -1: no limit
+  std::set<c10::DeviceIndex> cores;  // empty: every core
+
+  static Capture parse(const std::string& text) {
+    Capture capture;
+    std::stringstream items(text);
+    std::string item;
+    while (std::getline(items, item, ';')) {
+      const auto eq = item.find(':');
+      if (eq == std::string::npos) {
+        continue;  // not ours (another backend's options): ignored
+      }
+      const auto key = item.substr(0, eq);
+      std::stringstream values(item.substr(eq + 1));
+      std::string value;
+      if (key == "neuron_device_events") {
+        capture.device_events = values.str() != "0";
+      } else if (key == "neuron_max_events_per_nc") {
+        capture.max_events_per_core = std::stoll(values.str());
+      } else if (key == "neuron_capture_enabled_for_nc") {
+        while (std::getline(values, value, ',')) {
+          capture.cores.insert(static_cast<c10::DeviceIndex>(std::stoi(value)));
+        }
+      }
+    }
+    return capture;
+  }
+};
+
 // The events of the session being recorded. Leaked: kernels may finish during
 // static destruction.
 struct Buffer {
   std::mutex mutex;
   std::vector<KernelEvent> events;
+  Capture capture;
+  std::map<c10::DeviceIndex, int64_t> per_core;
+  int64_t dropped = 0;  // over max_events_per_nc
 };
 
 Buffer& buffer() {
@@ -126,10 +164,16 @@ const libkineto::ITraceActivity* launcher(const libkineto::getLinkedActivityCall
 
 class Session final : public libkineto::IActivityProfilerSession {
  public:
+  explicit Session(Capture capture) : capture_(std::move(capture)) {}
+
   void start() override {
     {
-      std::lock_guard<std::mutex> lock(buffer().mutex);
-      buffer().events.clear();
+      auto& b = buffer();
+      std::lock_guard<std::mutex> lock(b.mutex);
+      b.events.clear();
+      b.capture = capture_;
+      b.per_core.clear();
+      b.dropped = 0;
     }
     detail::g_device_hooks.fetch_or(detail::kProfilerHook);
     status_ = libkineto::TraceStatus::RECORDING;
@@ -140,6 +184,7 @@ class Session final : public libkineto::IActivityProfilerSession {
     std::lock_guard<std::mutex> lock(buffer().mutex);
     events_ = std::move(buffer().events);
     buffer().events.clear();
+    dropped_ = buffer().dropped;
     status_ = libkineto::TraceStatus::READY;
   }
 
@@ -225,6 +270,13 @@ class Session final : public libkineto::IActivityProfilerSession {
     return "";
   }
 
+  std::unordered_map<std::string, std::string> getMetadata() override {
+    if (dropped_ == 0) {
+      return {};
+    }
+    return {{"neuron_dropped_events", std::to_string(dropped_)}};
+  }
+
  private:
   c10::DeviceIndex firstCore() const {
     c10::DeviceIndex first = events_.empty() ? 0 : events_.front().device;
@@ -234,7 +286,9 @@ class Session final : public libkineto::IActivityProfilerSession {
     return first;
   }
 
+  Capture capture_;
   std::vector<KernelEvent> events_;
+  int64_t dropped_ = 0;
 };
 
 class NeuronActivityProfiler final : public libkineto::IActivityProfiler {
@@ -248,12 +302,12 @@ class NeuronActivityProfiler final : public libkineto::IActivityProfiler {
   }
 
   std::unique_ptr<libkineto::IActivityProfilerSession> configure(
-      const std::set<libkineto::ActivityType>& types, const libkineto::Config&) override {
+      const std::set<libkineto::ActivityType>& types, const libkineto::Config& config) override {
     // Asked for only when the profile includes the device (PrivateUse1).
     if (types.count(libkineto::ActivityType::CONCURRENT_KERNEL) == 0) {
       return nullptr;
     }
-    return std::make_unique<Session>();
+    return std::make_unique<Session>(Capture::parse(config.getCustomConfig()));
   }
 
   std::unique_ptr<libkineto::IActivityProfilerSession> configure(
@@ -301,6 +355,16 @@ void record(KernelEvent event) {
   }
   auto& b = buffer();
   std::lock_guard<std::mutex> lock(b.mutex);
+  if (!b.capture.device_events ||
+      (!b.capture.cores.empty() && b.capture.cores.count(event.device) == 0)) {
+    return;  // capture_enabled_for_nc leaves this core out
+  }
+  auto& count = b.per_core[event.device];
+  if (b.capture.max_events_per_core >= 0 && count >= b.capture.max_events_per_core) {
+    ++b.dropped;
+    return;
+  }
+  ++count;
   b.events.push_back(std::move(event));
 }
 

@@ -142,8 +142,9 @@ void logUserAnnotations(libkineto::ActivityLogger& logger,
     activity.endTime = span.second;
     activity.device = device;
     activity.resource = static_cast<int32_t>(stream);
+    // Not linked to the CPU range, as Kineto leaves CUDA's: linked, PyTorch
+    // would add the span to the range's device time on top of its kernels.
     activity.id = static_cast<int32_t>(correlation);
-    activity.linked = annotation;
     logger.handleGenericActivity(activity);
   }
 }

@@ -47,9 +47,8 @@ NOT_EMULATED = {
                         "trace (device events are recorded per kernel, as RUNTIME records them; NKI "
                         "kernels carry the cost model's estimated latency)",
     ProfileMode.CPU_UTIL: "host CPU utilization (cpu_util.pb) is not sampled",
-    ProfileMode.HOST_MEMORY: "host memory usage (host_mem.pb) is not sampled; use "
-                             "torch.profiler's profile_memory=True for the device allocator's "
-                             "allocations",
+    ProfileMode.HOST_MEMORY: "host memory usage (host_mem.pb) is not sampled (for device "
+                             "memory use torch.neuron.memory._record_memory_history)",
 }
 DEFAULT_MODES = (ProfileMode.DEVICE, ProfileMode.RUNTIME)  # AWS's default
 DEFAULT_OUTPUT_DIR = "./output"  # NEURON_RT_INSPECT_OUTPUT_DIR's default

@@ -9,6 +9,9 @@
 #include "Recorder.h"
 
 #include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
+#include <torch/csrc/profiler/stubs/base.h>
+
+#include <c10/util/ApproximateClock.h>
 
 #include <ActivityType.h>
 #include <GenericTraceActivity.h>
@@ -323,6 +326,40 @@ class NeuronActivityProfiler final : public libkineto::IActivityProfiler {
                                                 libkineto::ActivityType::GPU_USER_ANNOTATION};
 };
 
+// The legacy PrivateUse1 stubs: what torch.autograd.profiler.profile(
+// use_device="neuron") uses when Kineto is not (use_kineto=False, its
+// default). An "event" is a timestamp: the emulator runs an op's kernels
+// before the op returns, so the time between an op's two records is its
+// device time.
+struct LegacyStubs final : torch::profiler::impl::ProfilerStubs {
+  void record(c10::DeviceIndex* device, torch::profiler::impl::ProfilerVoidEventStub* event,
+              int64_t* cpu_ns) const override {
+    if (device != nullptr) {
+      *device = 0;
+    }
+    *event = std::make_shared<int64_t>(nowNs());
+    if (cpu_ns != nullptr) {
+      *cpu_ns = c10::getTime();
+    }
+  }
+  float elapsed(const torch::profiler::impl::ProfilerVoidEventStub* start,
+                const torch::profiler::impl::ProfilerVoidEventStub* end) const override {
+    const auto from = *static_cast<const int64_t*>(start->get());
+    const auto to = *static_cast<const int64_t*>(end->get());
+    return static_cast<float>(to - from) / 1000.0f;  // microseconds, as CUDA's stubs return
+  }
+  void mark(const char*) const override {}
+  void rangePush(const char*) const override {}
+  void rangePop() const override {}
+  bool enabled() const override {
+    return true;
+  }
+  void onEachDevice(std::function<void(int)> op) const override {
+    op(0);  // one timeline: every core runs on the host's clock
+  }
+  void synchronize() const override {}  // nothing is ever pending
+};
+
 } // namespace
 
 bool collecting() {
@@ -373,6 +410,8 @@ void registerProfiler() {
   static const bool registered = [] {
     torch::profiler::impl::PrivateUse1ProfilerRegistry::instance().registerFactory(
         [] { return std::make_unique<NeuronActivityProfiler>(); });
+    static LegacyStubs stubs;
+    torch::profiler::impl::registerPrivateUse1Methods(&stubs);
     return true;
   }();
   (void)registered;

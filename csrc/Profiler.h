@@ -58,7 +58,9 @@ uint64_t firstChildOfLaunch();
 // Appends an event to the active profile (dropped when none is recording).
 void record(KernelEvent event);
 
-// Registers the profiler with PyTorch (once; called when _C loads).
+// Registers the profiler with PyTorch, and the legacy PrivateUse1 stubs of
+// torch.autograd.profiler.profile(use_device="neuron", use_kineto=False)
+// (once; called when _C loads).
 void registerProfiler();
 
 } // namespace torch_neuronx::profiler

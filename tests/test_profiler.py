@@ -109,6 +109,19 @@ def test_cpu_only_profile_and_no_profile_record_nothing_on_the_device():
     assert not profiling.collecting()
 
 
+def test_neuron_alias_and_the_legacy_autograd_profiler():
+    assert ProfilerActivity.NEURON == ProfilerActivity.PrivateUse1
+    x = torch.ones(64, device="neuron")
+    # use_kineto=False (its default): PyTorch times each op with the PrivateUse1 stubs.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.autograd.profiler.profile(use_device="neuron") as prof:
+            x * 2
+    (mul,) = [e for e in prof.function_events if e.name == "aten::mul"]
+    assert mul.device_time_total > 0
+    assert mul.device_time_total <= mul.cpu_time_total + 1  # whole microseconds
+
+
 # ----------------------------------------------------------------------------- Chrome trace
 
 

@@ -97,6 +97,27 @@ def test_a_same_named_callee_keeps_the_kernel():
     assert row.device_time_total == pytest.approx(event.time_range.elapsed_us())
 
 
+def test_profiler_and_audit_share_the_hook_and_both_record():
+    from torch_neuronx import _C
+    from torch_neuronx.audit import recorder
+
+    x = torch.ones(4, device="neuron")
+    rec = recorder.Recording()
+    rec.start()
+    try:
+        calls = _C._audit_calls()
+        with profile(activities=ACTIVITIES) as prof:
+            x + 1
+            x * 2
+        assert _C._audit_calls() - calls == 2
+    finally:
+        rec.stop()
+    assert [e.name for e in device_events(prof)] == ["aten::add.Tensor", "aten::mul.Tensor"]
+    with profile(activities=ACTIVITIES) as prof:  # the audit off, the profiler alone
+        x + 1
+    assert len(device_events(prof)) == 1
+
+
 def test_cpu_only_profile_and_no_profile_record_nothing_on_the_device():
     x = torch.ones(4, device="neuron")
     assert not profiling.collecting()

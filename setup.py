@@ -14,7 +14,7 @@ from setuptools import setup
 # Building must not import the (possibly stale or half-built) backend itself.
 os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+from torch.utils.cpp_extension import BuildExtension, CppExtension, include_paths
 
 # Compile the core's sources in parallel (one job per file).
 os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 2))
@@ -40,6 +40,8 @@ setup(
         CppExtension(
             name="torch_neuronx._C",
             sources=sorted(glob.glob("csrc/*.cpp")),
+            # Kineto's headers (csrc/Profiler.cpp) include each other by bare name.
+            include_dirs=[os.path.join(p, "kineto") for p in include_paths() if p.endswith("include")],
             extra_compile_args=["-O2", "-std=c++20", "-Wno-unused-parameter"],
         )
     ],

@@ -98,13 +98,13 @@ class DirectOp {
     library.impl(schema_, std::forward<Kernel>(kernel));
   }
 
-  // One call of the op on the device: counted, and recorded for the audit
-  // until the returned object goes out of scope. The arguments are boxed only
-  // while recording.
+  // One call of the op on the device: counted, and recorded (for the audit,
+  // for torch.profiler) until the returned object goes out of scope. The
+  // arguments are boxed only while one of them is on.
   template <class... Args>
   [[nodiscard]] RecordedCall enter(const Args&... args) const {
     counter_->fetch_add(1, std::memory_order_relaxed);
-    if (!recording()) {
+    if (activeHooks() == 0) {
       return RecordedCall();
     }
     std::array<c10::IValue, sizeof...(Args)> boxed{c10::IValue(args)...};

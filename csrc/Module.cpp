@@ -3,6 +3,8 @@
 #include "Allocator.h"
 #include "Eager.h"
 #include "Generator.h"
+#include "Guard.h"
+#include "Profiler.h"
 #include "Recorder.h"
 #include "Runtime.h"
 
@@ -282,6 +284,7 @@ void startAudit(py::function on_signature, py::function on_call) {
 
 PYBIND11_MODULE(_C, m) {
   tn::registerHooks();
+  tn::profiler::registerProfiler();
   m.doc() = "torch_neuronx native core: the emulated NeuronCore runtime";
 
   m.def("_configure", &tn::configure, py::arg("num_devices"), py::arg("capacity_bytes"));
@@ -341,6 +344,24 @@ PYBIND11_MODULE(_C, m) {
   m.def("_audit_take_window_peak", [](int device) {
     return tn::neuronAllocator().takeWindowPeak(static_cast<c10::DeviceIndex>(device));
   });
+
+  // torch.profiler's device activity (csrc/Profiler.h, torch_neuronx/profiling.py).
+  m.def("_profiler_collecting", &tn::profiler::collecting);
+  m.def("_profiler_now_ns", &tn::profiler::nowNs);
+  m.def("_profiler_record", [](std::string name, int device, int64_t start_ns, int64_t end_ns,
+                               std::vector<std::pair<std::string, std::string>> args) {
+    tn::profiler::KernelEvent event;
+    event.name = std::move(name);
+    event.device = static_cast<c10::DeviceIndex>(device);
+    event.stream = tn::currentStream(event.device).id();
+    event.start_ns = start_ns;
+    event.end_ns = end_ns;
+    std::tie(event.correlation, event.user_correlation) = tn::profiler::currentCorrelation();
+    event.args = std::move(args);
+    tn::profiler::record(std::move(event));
+  }, py::arg("name"), py::arg("device"), py::arg("start_ns"), py::arg("end_ns"), py::arg("args"),
+     "Records a kernel that ran on a core from start_ns to end_ns (profiler clock) on its current "
+     "stream, linked to the calling thread's current CPU op; args: (key, JSON value) pairs.");
 
   m.def("_memory_snapshot", &memorySnapshot);
   // The history's vocabulary (torch_neuronx/neuron/memory.py): RecordContext

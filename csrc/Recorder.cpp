@@ -1,5 +1,7 @@
 #include "Recorder.h"
 #include "Allocator.h"
+#include "Guard.h"
+#include "Profiler.h"
 #include "Runtime.h"
 
 #include <c10/core/DeviceGuard.h>
@@ -12,7 +14,7 @@
 namespace torch_neuronx {
 
 namespace detail {
-std::atomic<bool> g_recording{false};
+std::atomic<uint8_t> g_device_hooks{0};
 }
 
 struct SignatureEntry {
@@ -162,10 +164,18 @@ c10::DeviceIndex callDevice(const c10::IValue* args, size_t count) {
 
 RecordedCall::RecordedCall(const c10::OperatorHandle& op, const c10::IValue* args, size_t count,
                            CallPath path) {
-  if (!recording() || t_in_callback || t_depth > 0) {
+  const uint8_t hooks = activeHooks();
+  if (hooks == 0 || t_in_callback || t_depth > 0) {
     return;
   }
   ++t_depth;
+  outermost_ = true;
+  if (hooks & detail::kProfilerHook) {
+    beginProfiled(op, args, count, path);
+  }
+  if (!(hooks & detail::kAuditHook)) {
+    return;
+  }
   thread_local std::string key;  // reused: no allocation per call
   key.clear();
   put(key, static_cast<const void*>(&op.schema()));
@@ -205,10 +215,16 @@ RecordedCall::RecordedCall(const c10::OperatorHandle& op, const c10::IValue* arg
 }
 
 RecordedCall::~RecordedCall() {
-  if (entry_ == nullptr) {
+  if (!outermost_) {
     return;
   }
   --t_depth;
+  if (profiled_op_ != nullptr) {
+    endProfiled();
+  }
+  if (entry_ == nullptr) {
+    return;
+  }
   const auto elapsed = std::chrono::steady_clock::now() - start_;
   entry_->host_ns.fetch_add(
       std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count(), std::memory_order_relaxed);
@@ -233,6 +249,38 @@ RecordedCall::~RecordedCall() {
   t_in_callback = false;
 }
 
+// -------------------------------------------------- device events (profiler)
+
+void RecordedCall::beginProfiled(const c10::OperatorHandle& op, const c10::IValue* args,
+                                 size_t count, CallPath path) {
+  profiled_op_ = &op;
+  profiled_path_ = path;
+  profiled_device_ = callDevice(args, count);
+  // The launching op is the innermost one when the kernel starts (the ops a
+  // kernel calls itself push and pop their own ids).
+  std::tie(profiled_correlation_, profiled_user_correlation_) = profiler::currentCorrelation();
+  profiler::watchLaunch();
+  profiled_start_ns_ = profiler::nowNs();
+}
+
+void RecordedCall::endProfiled() {
+  static const char* const kPaths[] = {"\"native\"", "\"cpu_fallback\"", "\"direct\""};
+  profiler::KernelEvent event;
+  event.end_ns = profiler::nowNs();
+  event.first_child = profiler::firstChildOfLaunch();
+  event.start_ns = profiled_start_ns_;
+  // "aten::mm.default": the overload always named, so the kernel's row in
+  // key_averages() differs from its CPU op's ("aten::mm").
+  const auto& name = profiled_op_->operator_name();
+  event.name = name.name + "." + (name.overload_name.empty() ? "default" : name.overload_name);
+  event.device = profiled_device_;
+  event.stream = currentStream(profiled_device_).id();
+  event.correlation = profiled_correlation_;
+  event.user_correlation = profiled_user_correlation_;
+  event.args.emplace_back("path", kPaths[static_cast<int>(profiled_path_)]);
+  profiler::record(std::move(event));
+}
+
 void startRecording(std::function<bool(const SignatureInfo&)> onSignature,
                     std::function<void(int64_t)> onCall) {
   auto& t = table();
@@ -241,11 +289,11 @@ void startRecording(std::function<bool(const SignatureInfo&)> onSignature,
     t.on_signature = std::move(onSignature);
     t.on_call = std::move(onCall);
   }
-  detail::g_recording.store(true);
+  detail::g_device_hooks.fetch_or(detail::kAuditHook);
 }
 
 void stopRecording() {
-  detail::g_recording.store(false);
+  detail::g_device_hooks.fetch_and(static_cast<uint8_t>(~detail::kAuditHook));
 }
 
 std::vector<SignatureTotals> recordedSignatures() {

@@ -23,11 +23,19 @@
 namespace torch_neuronx {
 
 namespace detail {
-extern std::atomic<bool> g_recording;
+// The hooks on the eager path, one bit each, in one word: with all of them
+// off, a call pays one relaxed load. The audit's recording and the device
+// activity of torch.profiler (csrc/Profiler.h).
+enum : uint8_t { kAuditHook = 1, kProfilerHook = 2 };
+extern std::atomic<uint8_t> g_device_hooks;
+}
+
+inline uint8_t activeHooks() {
+  return detail::g_device_hooks.load(std::memory_order_relaxed);
 }
 
 inline bool recording() {
-  return detail::g_recording.load(std::memory_order_relaxed);
+  return (activeHooks() & detail::kAuditHook) != 0;
 }
 
 // How a call ran: the generic alias path, the CPU fallback (copies to the host
@@ -74,8 +82,9 @@ std::vector<SignatureTotals> recordedSignatures();
 int64_t recordedCalls();
 
 // One recorded call. Constructed before the kernel runs (the arguments are
-// read then: kernels consume the stack), finished when it returns. Does
-// nothing when recording is off.
+// read then: kernels consume the stack), finished when it returns: counted for
+// the audit, and a device event for torch.profiler. Does nothing when both
+// are off.
 //
 // Only the outermost device call of a thread is recorded: the calls a kernel
 // makes itself (the CPU fallback's copies, dropout's mask) are part of its
@@ -89,12 +98,24 @@ class RecordedCall {
   RecordedCall& operator=(const RecordedCall&) = delete;
 
  private:
+  void beginProfiled(const c10::OperatorHandle& op, const c10::IValue* args, size_t count,
+                     CallPath path);
+  void endProfiled();
+
+  bool outermost_ = false;  // this call holds the thread's recording depth
   SignatureEntry* entry_ = nullptr;
   bool first_ = false;
   std::unique_ptr<SignatureInfo> info_;  // the first call's description
   c10::DeviceIndex device_ = -1;
   int64_t allocated_before_ = 0;
   std::chrono::steady_clock::time_point start_;
+  // torch.profiler: the op, and where and when its kernel started.
+  const c10::OperatorHandle* profiled_op_ = nullptr;
+  CallPath profiled_path_ = CallPath::Native;
+  c10::DeviceIndex profiled_device_ = 0;
+  int64_t profiled_start_ns_ = 0;
+  uint64_t profiled_correlation_ = 0;
+  uint64_t profiled_user_correlation_ = 0;
 };
 
 } // namespace torch_neuronx

@@ -60,6 +60,25 @@ def test_bench_distributed_quick_runs(tmp_path):
     assert result["ddp"]["neuron_s"] > 0 and result["ddp"]["cpu_s"] > 0
 
 
+def test_bench_profiler_quick_runs(tmp_path):
+    """Every case reports its three timings and finite ratios against the plain run
+    measured in the same process; RESULTS.md is left alone."""
+    out = tmp_path / "profiler.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_profiler.py"), "--quick", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert len(results) == 3
+    for name, case in results.items():
+        for key in ("plain_s", "cpu_s", "device_s", "device_exit_s"):
+            assert math.isfinite(case[key]) and case[key] > 0, (name, key)
+        for key in ("device_vs_plain", "cpu_vs_plain", "device_vs_cpu"):
+            ratio = case[key]
+            assert ratio["p25"] <= ratio["median"] <= ratio["p75"] and ratio["median"] > 0, (name, key)
+
+
 def test_results_sections_are_replaced_not_appended(tmp_path):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from results_file import write_section

@@ -119,6 +119,13 @@ from torch_neuronx.audit import recorder as _audit_recorder  # noqa: E402
 
 _audit_recorder.start_from_env()  # only under `torch-neuronx audit` (TORCH_NEURONX_AUDIT_DIR)
 
+from torch_neuronx import config as _config  # noqa: E402
+
+if _config.inspect_enable():  # NEURON_RT_INSPECT_ENABLE=1: profile the whole process
+    from torch_neuronx import profiling as _profiling
+
+    _profiling.start_from_environment()
+
 
 def get_dynamo_metrics() -> dict:
     """torch.compile(backend="neuron") counters: compiles, cache hits, graph breaks, ..."""

@@ -274,6 +274,41 @@ PLATFORM_TARGET = _declare(
     "Target generation of simulated NKI launches (trn2, trn3; checked by nki.targets).",
     read_at="nki/targets.py get_target, at each launch")
 
+# Profiling: the Neuron Runtime's whole-process capture (AWS's NEURON_RT_INSPECT_*),
+# emulated by torch_neuronx/profiling.py (docs/profiling.md).
+INSPECT_ENABLE = _declare(
+    "NEURON_RT_INSPECT_ENABLE", False, parse_flag, IMPORT,
+    "Profile the whole process (torch.profiler with device events) and write the trace at exit.",
+    read_at="profiling.start_from_environment, once")
+INSPECT_OUTPUT_DIR = _declare(
+    "NEURON_RT_INSPECT_OUTPUT_DIR", "./output", _text, IMPORT,
+    "Directory of the whole-process trace (<dir>/<instance>_pid_<pid>/<timestamp>/trace.json).",
+    read_at="profiling.start_from_environment, once")
+INSPECT_SYSTEM_PROFILE = _declare(
+    "NEURON_RT_INSPECT_SYSTEM_PROFILE", True, parse_flag, IMPORT,
+    "With INSPECT_ENABLE: record the per-kernel device events (ProfileMode.RUNTIME).",
+    read_at="profiling.start_from_environment, once")
+INSPECT_DEVICE_PROFILE = _declare(
+    "NEURON_RT_INSPECT_DEVICE_PROFILE", "0", _lower, IMPORT,
+    "With INSPECT_ENABLE: 0, 1/model or session: instruction-level traces (ProfileMode.DEVICE), not emulated (warns).",
+    read_at="profiling.start_from_environment, once")
+INSPECT_MAX_EVENTS_PER_NC = _declare(
+    "NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC", None, _integer, IMPORT,
+    "With INSPECT_ENABLE: device events kept per core (later ones dropped); None: no limit.",
+    read_at="profiling.start_from_environment, once")
+INSPECT_EVENT_FILTER_NC = _declare(
+    "NEURON_RT_INSPECT_EVENT_FILTER_NC", None, _text, IMPORT,
+    "With INSPECT_ENABLE: cores whose device events are recorded ('0', '0-3', '0,2,4'); None: all.",
+    read_at="profiling.start_from_environment, once")
+INSPECT_EVENT_FILTER_TYPE = _declare(
+    "NEURON_RT_INSPECT_EVENT_FILTER_TYPE", None, _text, IMPORT,
+    "With INSPECT_ENABLE: runtime event types to capture; not emulated (warns, ignored).",
+    read_at="profiling.start_from_environment, once")
+INSPECT_DEVICE_PROFILE_NUM_WARMUP = _declare(
+    "NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP", None, _text, IMPORT,
+    "With INSPECT_ENABLE: executions skipped before device profiling; not emulated (warns, ignored).",
+    read_at="profiling.start_from_environment, once")
+
 # Other tools' variables.
 LOCAL_RANK = _declare(
     "LOCAL_RANK", None, _integer, PER_CALL,
@@ -453,6 +488,49 @@ def xla_flags() -> str:
 def torch_compile_debug() -> bool:
     """TORCH_COMPILE_DEBUG as PyTorch reads it (exactly '1')."""
     return TORCH_COMPILE_DEBUG.get()
+
+
+def inspect_enable() -> bool:
+    """NEURON_RT_INSPECT_ENABLE: profile the whole process."""
+    return INSPECT_ENABLE.get()
+
+
+def inspect_output_dir() -> str:
+    """NEURON_RT_INSPECT_OUTPUT_DIR (default ./output)."""
+    return INSPECT_OUTPUT_DIR.get()
+
+
+def inspect_system_profile() -> bool:
+    """NEURON_RT_INSPECT_SYSTEM_PROFILE (default on)."""
+    return INSPECT_SYSTEM_PROFILE.get()
+
+
+def inspect_device_profile() -> str:
+    """NEURON_RT_INSPECT_DEVICE_PROFILE: '0', '1', 'model' or 'session'."""
+    value = INSPECT_DEVICE_PROFILE.get()
+    if value not in ("0", "1", "model", "session"):
+        raise ValueError(f"{INSPECT_DEVICE_PROFILE.name}={value!r}: expected 0, 1, model or session")
+    return value
+
+
+def inspect_max_events_per_nc() -> int | None:
+    """NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC, None when unset."""
+    return INSPECT_MAX_EVENTS_PER_NC.get()
+
+
+def inspect_event_filter_nc() -> str | None:
+    """NEURON_RT_INSPECT_EVENT_FILTER_NC as written, None when unset."""
+    return INSPECT_EVENT_FILTER_NC.get()
+
+
+def inspect_event_filter_type() -> str | None:
+    """NEURON_RT_INSPECT_EVENT_FILTER_TYPE as written, None when unset."""
+    return INSPECT_EVENT_FILTER_TYPE.get()
+
+
+def inspect_device_profile_num_warmup() -> str | None:
+    """NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP as written, None when unset."""
+    return INSPECT_DEVICE_PROFILE_NUM_WARMUP.get()
 
 
 def project_variables() -> list[str]:

@@ -17,6 +17,7 @@ import time
 import torch
 import torch.fx
 
+from torch_neuronx import profiling
 from torch_neuronx.audit import recorder
 from torch_neuronx.compiler import artifacts, cache, metrics
 from torch_neuronx.lowering.conversions import from_jax, jax_input
@@ -115,6 +116,8 @@ class CompiledGraph:
         executable = self._executable(seed, arrays)
         audit = recorder.ACTIVE
         start = time.perf_counter() if audit is not None else 0.0
+        profiled = profiling.collecting()  # torch.profiler: one device event per executable run
+        start_ns = profiling.now_ns() if profiled else 0
         outputs, written = executable(seed, *arrays)
         for (index, _, _), value in zip(self.mutations, written):
             args[index].copy_(from_jax(value, device, args[index].dtype))
@@ -125,6 +128,9 @@ class CompiledGraph:
         ]
         if audit is not None:  # timed to here: XLA runs asynchronously until the outputs are taken
             audit.graph_run(self, id(executable), executable, time.perf_counter() - start)
+        if profiled:
+            profiling.record_kernel(f"neuron_graph::{self.name}", device.index, start_ns,
+                                    profiling.now_ns(), path="compiled_graph", graph=self.key[:16])
         return converted[0] if single else converted
 
     def _executable(self, seed, arrays):

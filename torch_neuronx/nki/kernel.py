@@ -17,7 +17,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from .blas import single_threaded
-from .cost import BenchmarkResult, estimate
+from .cost import BenchmarkResult, estimate, schedule
 from .errors import NKIError
 from .runtime import Run, active, set_run
 from .targets import get_target
@@ -193,6 +193,8 @@ def launch(kernel: Kernel, grid: tuple, args, kwargs, target=None):
     run = Run(get_target(target or kernel.options.get("platform_target")), grid)
     torch_inputs = [a for a in itertools.chain(args, kwargs.values()) if _is_torch_tensor(a)]
     torch_device = torch_inputs[0].device if torch_inputs else None
+    profiled = torch_device is not None and torch_device.type == "neuron" and _profiling().collecting()
+    start_ns = _profiling().now_ns() if profiled else 0
     pairs = []  # (caller's array or tensor, its HBM copy) for the write-back
     cargs = [_convert_argument(a, i, pairs) for i, a in enumerate(args)]
     ckwargs = {k: _convert_argument(v, k, pairs) for k, v in kwargs.items()}
@@ -211,7 +213,31 @@ def launch(kernel: Kernel, grid: tuple, args, kwargs, target=None):
     for original, tensor in pairs:
         if tensor.alloc.written:
             _write_back(original, tensor)
-    return _convert_output(result, torch_device, bool(torch_inputs)), run
+    converted = _convert_output(result, torch_device, bool(torch_inputs))
+    if profiled:
+        _record_launch(kernel, run, torch_device, start_ns)
+    return converted, run
+
+
+def _profiling():
+    """torch_neuronx.profiling, imported when a launch has torch tensors (the
+    simulator itself does not need torch)."""
+    from torch_neuronx import profiling
+
+    return profiling
+
+
+def _record_launch(kernel: Kernel, run: Run, device, start_ns: int) -> None:
+    """torch.profiler's device event of a launch on a neuron tensor: the host
+    time of the simulation, with the cost model's estimate of the kernel on
+    each generation (the same instruction trace scheduled for trn2 and trn3)."""
+    profiling = _profiling()
+    end_ns = profiling.now_ns()
+    estimates = {f"estimated_{name}_us": round(schedule(run.trace, get_target(name)).latency_us, 3)
+                 for name in ("trn2", "trn3")}
+    profiling.record_kernel(f"nki::{kernel.func.__name__}", device.index or 0, start_ns, end_ns,
+                            path="nki", grid=list(run.grid), instructions=len(run.trace),
+                            simulated_target=run.target.name, **estimates)
 
 
 def simulate(kernel):

@@ -1,0 +1,221 @@
+"""torch_neuronx.profiling: AWS's Neuron configuration of ``torch.profiler``, emulated.
+
+With ``ProfilerActivity.PrivateUse1`` (``ProfilerActivity.NEURON``) in a
+``torch.profiler.profile``, the C++ core (csrc/Profiler.cpp, a Kineto child
+profiler) records one device event per kernel run on a NeuronCore, linked to
+the CPU op that launched it. This module adds the names AWS documents for
+TorchNeuron (``NeuronConfig``, ``ProfileMode``, ``NeuronProfiler``, the
+``NEURON_RT_INSPECT_*`` variables) and maps each to what the emulator records;
+what it cannot record is said in a warning (and in docs/profiling.md).
+
+The emulator runs every kernel synchronously on the host, so a device event's
+duration is the host time of its kernel, not an estimate of Trainium's (NKI
+kernels carry the cost model's trn2/trn3 estimate as an argument).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import socket
+import threading
+import time
+import warnings
+from collections.abc import Iterable
+
+from torch._C._profiler import _ExperimentalConfig
+
+from torch_neuronx import _C, config
+
+__all__ = ["ProfileMode", "NeuronConfig", "NeuronProfiler", "record_kernel", "collecting"]
+
+
+class ProfileMode(enum.Enum):
+    """What a profile collects (AWS: ``torch_neuronx.profiling.ProfileMode``)."""
+
+    DEVICE = "device"  # Trainium: instruction-level NeuronCore traces (.ntff)
+    RUNTIME = "runtime"  # Trainium: the Neuron Runtime's system trace (executions per core)
+    CPU_UTIL = "cpu_util"  # Trainium: sampled host CPU utilization
+    HOST_MEMORY = "host_memory"  # Trainium: sampled host memory usage
+
+
+# Why a mode records nothing here (the modes not listed are emulated).
+NOT_EMULATED = {
+    ProfileMode.DEVICE: "instruction-level device traces (.ntff, .neff files) are not emulated: the "
+                        "emulator runs kernels as host code and has no NeuronCore instructions to "
+                        "trace (device events are recorded per kernel, as RUNTIME records them; NKI "
+                        "kernels carry the cost model's estimated latency)",
+    ProfileMode.CPU_UTIL: "host CPU utilization (cpu_util.pb) is not sampled",
+    ProfileMode.HOST_MEMORY: "host memory usage (host_mem.pb) is not sampled (for device "
+                             "memory use torch.neuron.memory._record_memory_history)",
+}
+DEFAULT_MODES = (ProfileMode.DEVICE, ProfileMode.RUNTIME)  # AWS's default
+DEFAULT_OUTPUT_DIR = "./output"  # NEURON_RT_INSPECT_OUTPUT_DIR's default
+
+
+def parse_cores(spec: str, what: str) -> list[int]:
+    """NeuronCore indices and ascending ranges ("0,1,2-5") -> [0, 1, 2, 3, 4, 5]."""
+    cores: list[int] = []
+    for part in str(spec).split(","):
+        part = part.strip()
+        try:
+            first, _, last = part.partition("-")
+            low, high = int(first), int(last or first)
+            if high < low or low < 0:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"{what}={spec!r} is not valid: use core indices and ranges such as "
+                             "'0', '0-3' or '0,2-5' (ranges ascending, both ends included)") from None
+        cores.extend(range(low, high + 1))
+    return cores
+
+
+class NeuronConfig(_ExperimentalConfig):
+    """AWS's Neuron profiler configuration, passed as ``experimental_config=`` to
+    ``torch.profiler.profile`` together with ``ProfilerActivity.PrivateUse1``.
+
+    Emulated: ``modes`` RUNTIME (a device event per kernel: eager op, compiled
+    graph run, NKI kernel), ``max_events_per_nc`` (events past it are dropped and
+    counted in the trace's ``neuron_dropped_events``), ``capture_enabled_for_nc``
+    (device indices, ``neuron:N``), ``profile_output_dir`` (where
+    ``NeuronProfiler.export_trace`` writes). Not emulated (a warning says so):
+    modes DEVICE, CPU_UTIL, HOST_MEMORY and ``neff_cache_dir``.
+    ``precache_node_info`` has nothing to precache here and is accepted as is.
+    Other keyword arguments go to ``torch.profiler._ExperimentalConfig``.
+    """
+
+    def __init__(self, modes: Iterable[ProfileMode] | None = None, max_events_per_nc: int | None = None,
+                 capture_enabled_for_nc: str | None = None, profile_output_dir: str | None = None,
+                 neff_cache_dir: str | None = None, precache_node_info: bool = True, **experimental):
+        self.modes = tuple(DEFAULT_MODES if modes is None else (ProfileMode(m) for m in modes))
+        if max_events_per_nc is not None and int(max_events_per_nc) < 0:
+            raise ValueError(f"max_events_per_nc={max_events_per_nc!r} must be a non-negative number")
+        self.max_events_per_nc = None if max_events_per_nc is None else int(max_events_per_nc)
+        self.capture_enabled_for_nc = capture_enabled_for_nc
+        self.cores = (None if capture_enabled_for_nc is None
+                      else parse_cores(capture_enabled_for_nc, "capture_enabled_for_nc"))
+        self.profile_output_dir = profile_output_dir or DEFAULT_OUTPUT_DIR
+        self.neff_cache_dir = neff_cache_dir
+        self.precache_node_info = precache_node_info
+        self._warn_not_emulated()
+        super().__init__(custom_profiler_config=self._capture_string(), **experimental)
+
+    def _capture_string(self) -> str:
+        """What the C++ profiler reads from Kineto's config (csrc/Profiler.cpp, Capture):
+        "key:value;..." (Kineto's own parser takes a line with a second '=' as invalid)."""
+        items = [f"neuron_device_events:{int(ProfileMode.RUNTIME in self.modes or ProfileMode.DEVICE in self.modes)}"]
+        if self.max_events_per_nc is not None:
+            items.append(f"neuron_max_events_per_nc:{self.max_events_per_nc}")
+        if self.cores is not None:
+            items.append("neuron_capture_enabled_for_nc:" + ",".join(map(str, self.cores)))
+        return ";".join(items)
+
+    def _warn_not_emulated(self) -> None:
+        reasons = [f"ProfileMode.{mode.name}: {NOT_EMULATED[mode]}"
+                   for mode in self.modes if mode in NOT_EMULATED]
+        if self.neff_cache_dir is not None:
+            reasons.append("neff_cache_dir: there are no NEFFs to copy (compiled graphs are XLA "
+                           "executables, cached as TORCH_NEURONX_NEFF_CACHE_DIR says)")
+        if reasons:
+            warnings.warn("torch_neuronx.profiling: the emulator records device events per kernel "
+                          "(host times); not emulated: " + "; ".join(reasons) + ". See "
+                          "docs/profiling.md.", stacklevel=3)
+
+
+class NeuronProfiler:
+    """Writes a profile where AWS's tools look for it:
+    ``<profile_output_dir>/<instance>_pid_<pid>/<timestamp>/trace.json``. Use its
+    ``export_trace`` as ``on_trace_ready``. The instance part is
+    ``emulated-<TORCH_NEURONX_INSTANCE>-<host name>`` (there is no EC2 instance id).
+    Only the framework trace (trace.json, with the device events) is written:
+    the runtime's .pb / .ntff / .neff files have no emulated counterpart."""
+
+    def __init__(self, neuron_config: NeuronConfig | None = None):
+        self.config = neuron_config or NeuronConfig(modes=[ProfileMode.RUNTIME])
+        self.paths: list[str] = []
+
+    def session_directory(self) -> str:
+        instance = f"emulated-{config.instance()}-{socket.gethostname()}"
+        base = os.path.join(self.config.profile_output_dir, f"{instance}_pid_{os.getpid()}")
+        stamp = time.strftime("%Y%m%d_%H%M%S")
+        path, n = os.path.join(base, stamp), 1
+        while os.path.exists(path):  # one directory per exported trace (schedule cycles)
+            path, n = os.path.join(base, f"{stamp}_{n}"), n + 1
+        return path
+
+    def export_trace(self, prof) -> str:
+        directory = self.session_directory()
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, "trace.json")
+        prof.export_chrome_trace(path)
+        self.paths.append(path)
+        return path
+
+
+# ------------------------------------------------------------ kernels from Python
+
+
+def collecting() -> bool:
+    """True while a profile records device events (one C++ atomic load)."""
+    return _C._profiler_collecting()
+
+
+def now_ns() -> int:
+    """The time on the trace's clock (ns since the epoch)."""
+    return _C._profiler_now_ns()
+
+
+def record_kernel(name: str, device: int, start_ns: int, end_ns: int, **args) -> None:
+    """Records a kernel that ran on core ``device`` (its current stream) from
+    ``start_ns`` to ``end_ns`` (``now_ns()`` clock), linked to the calling
+    thread's current CPU op. ``args`` are shown in the trace (JSON values)."""
+    _C._profiler_record(name, device, start_ns, end_ns,
+                        [(key, json.dumps(value)) for key, value in args.items()])
+
+
+# ------------------------------------------------- NEURON_RT_INSPECT_* (whole process)
+
+_LIFETIME_LOCK = threading.Lock()
+_LIFETIME = None
+
+
+def start_from_environment() -> None:
+    """NEURON_RT_INSPECT_ENABLE=1: profile the whole process, as the Neuron Runtime
+    does, and write the trace under NEURON_RT_INSPECT_OUTPUT_DIR at exit. Called
+    once, when torch_neuronx is imported."""
+    global _LIFETIME
+    if not config.inspect_enable():
+        return
+    import atexit
+
+    from torch.profiler import ProfilerActivity, profile
+
+    modes = [ProfileMode.RUNTIME] if config.inspect_system_profile() else []
+    if config.inspect_device_profile() != "0":
+        modes.append(ProfileMode.DEVICE)
+    unsupported = [name for name, value in (
+        (config.INSPECT_EVENT_FILTER_TYPE.name, config.inspect_event_filter_type()),
+        (config.INSPECT_DEVICE_PROFILE_NUM_WARMUP.name, config.inspect_device_profile_num_warmup()))
+        if value is not None]
+    if unsupported:
+        warnings.warn(f"torch_neuronx.profiling: {', '.join(unsupported)} not emulated (ignored): "
+                      "every kernel of the process is recorded. See docs/profiling.md.", stacklevel=2)
+    neuron_config = NeuronConfig(modes=modes, max_events_per_nc=config.inspect_max_events_per_nc(),
+                                 capture_enabled_for_nc=config.inspect_event_filter_nc(),
+                                 profile_output_dir=config.inspect_output_dir())
+    exporter = NeuronProfiler(neuron_config)
+    with _LIFETIME_LOCK:
+        _LIFETIME = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1],
+                            experimental_config=neuron_config)
+        _LIFETIME.start()
+    atexit.register(_stop_lifetime, exporter)
+
+
+def _stop_lifetime(exporter: NeuronProfiler) -> None:
+    global _LIFETIME
+    with _LIFETIME_LOCK:
+        prof, _LIFETIME = _LIFETIME, None
+    if prof is not None:
+        prof.stop()
+        exporter.export_trace(prof)

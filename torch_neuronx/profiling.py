@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from torch._C._profiler import _ExperimentalConfig
 
 from torch_neuronx import _C, config
+from torch_neuronx.neuron.profiles import parse_core_list
 
 __all__ = ["ProfileMode", "NeuronConfig", "NeuronProfiler", "record_kernel", "collecting"]
 
@@ -54,23 +55,6 @@ DEFAULT_MODES = (ProfileMode.DEVICE, ProfileMode.RUNTIME)  # AWS's default
 DEFAULT_OUTPUT_DIR = "./output"  # NEURON_RT_INSPECT_OUTPUT_DIR's default
 
 
-def parse_cores(spec: str, what: str) -> list[int]:
-    """NeuronCore indices and ascending ranges ("0,1,2-5") -> [0, 1, 2, 3, 4, 5]."""
-    cores: list[int] = []
-    for part in str(spec).split(","):
-        part = part.strip()
-        try:
-            first, _, last = part.partition("-")
-            low, high = int(first), int(last or first)
-            if high < low or low < 0:
-                raise ValueError
-        except ValueError:
-            raise ValueError(f"{what}={spec!r} is not valid: use core indices and ranges such as "
-                             "'0', '0-3' or '0,2-5' (ranges ascending, both ends included)") from None
-        cores.extend(range(low, high + 1))
-    return cores
-
-
 class NeuronConfig(_ExperimentalConfig):
     """AWS's Neuron profiler configuration, passed as ``experimental_config=`` to
     ``torch.profiler.profile`` together with ``ProfilerActivity.PrivateUse1``.
@@ -94,7 +78,7 @@ class NeuronConfig(_ExperimentalConfig):
         self.max_events_per_nc = None if max_events_per_nc is None else int(max_events_per_nc)
         self.capture_enabled_for_nc = capture_enabled_for_nc
         self.cores = (None if capture_enabled_for_nc is None
-                      else parse_cores(capture_enabled_for_nc, "capture_enabled_for_nc"))
+                      else parse_core_list(capture_enabled_for_nc, "capture_enabled_for_nc"))
         self.profile_output_dir = profile_output_dir or DEFAULT_OUTPUT_DIR
         self.neff_cache_dir = neff_cache_dir
         self.precache_node_info = precache_node_info

@@ -149,27 +149,32 @@ def active_profile() -> InstanceProfile:
     return profile(config.instance(), config.logical_nc_config())
 
 
+def parse_core_list(spec: str, what: str) -> list[int]:
+    """Core ids and ascending ranges ("2", "0-1", "0,2-3") -> [0, 2, 3]; the grammar of
+    NEURON_RT_VISIBLE_CORES, also used by the profiler's capture_enabled_for_nc (`what`
+    names the setting in the error)."""
+    cores: list[int] = []
+    for part in str(spec).split(","):
+        first, _, last = part.strip().partition("-")
+        try:
+            low, high = int(first), int(last or first)
+            if high < low or low < 0:
+                raise ValueError
+        except ValueError:
+            raise ValueError(
+                f"{what}={spec!r} is not valid: use core ids and ranges "
+                "such as '0', '0-1' or '0,2-3' (ranges ascending, both ends included)."
+            ) from None
+        cores.extend(range(low, high + 1))
+    return cores
+
+
 def parse_visible_cores(spec: str | None, total: int, of: str = "the instance profile") -> list[int]:
     """Parses NEURON_RT_VISIBLE_CORES ("2", "0-1", "0,2-3") into core ids of `of`, which has
     `total` (logical) cores."""
     if spec is None or not spec.strip():
         return list(range(total))
-    cores: list[int] = []
-    for part in spec.split(","):
-        part = part.strip()
-        try:
-            if "-" in part:
-                first, last = (int(x) for x in part.split("-", 1))
-                if last < first:
-                    raise ValueError
-                cores.extend(range(first, last + 1))
-            else:
-                cores.append(int(part))
-        except ValueError:
-            raise ValueError(
-                f"NEURON_RT_VISIBLE_CORES={spec!r} is not valid: use core ids and ranges "
-                "such as '0', '0-1' or '0,2-3' (ranges ascending, both ends included)."
-            ) from None
+    cores = parse_core_list(spec, "NEURON_RT_VISIBLE_CORES")
     for core in cores:
         if not 0 <= core < total:
             raise ValueError(

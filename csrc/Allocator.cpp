@@ -231,6 +231,16 @@ Block* blockOf(void* data) {
   return *reinterpret_cast<Block**>(static_cast<char*>(data) - kHeader);
 }
 
+// torch.profiler(profile_memory=True)'s memory events and device memory
+// columns, as CUDA's allocator reports them (a thread-local check when the
+// profiler is off).
+void reportToProfiler(const Block* block, int64_t delta, const DeviceMemory& memory) {
+  const auto all = static_cast<size_t>(StatType::AGGREGATE);
+  c10::reportMemoryUsageToProfiler(
+      block->ptr, delta, memory.stats.allocated_bytes[all].current, memory.stats.reserved_bytes[all].current,
+      c10::Device(kNeuron, block->device));
+}
+
 void freeBlock(void* data) {
   auto* block = blockOf(data);
   auto& memory = *devices()[block->device];
@@ -254,6 +264,7 @@ void freeBlock(void* data) {
   updateStat(memory.stats.allocation, block->small, -1);
   updateStat(memory.stats.active, block->small, -1);
   (block->small ? memory.free_small : memory.free_large).emplace(block->size, block);
+  reportToProfiler(block, -static_cast<int64_t>(block->size), memory);
 }
 
 [[noreturn]] void throwOutOfMemory(
@@ -412,6 +423,7 @@ c10::DataPtr NeuronAllocator::allocateOn(c10::DeviceIndex device, size_t nbytes)
   updateStat(memory.stats.active, block->small, 1);
   memory.window_peak = std::max(
       memory.window_peak, memory.stats.allocated_bytes[static_cast<size_t>(StatType::AGGREGATE)].current);
+  reportToProfiler(block, static_cast<int64_t>(block->size), memory);
   return c10::DataPtr(block->ptr, block->ptr, &freeBlock, where);
 }
 

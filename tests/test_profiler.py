@@ -130,6 +130,21 @@ def test_cpu_only_profile_and_no_profile_record_nothing_on_the_device():
     assert not profiling.collecting()
 
 
+def test_profile_memory_reports_device_allocations():
+    x = torch.randn(64, 64, device="neuron")
+    with profile(activities=ACTIVITIES, profile_memory=True) as prof:
+        y = x @ x  # a new 16 KiB block
+        del y  # and its free
+    mm = [e for e in prof.events() if e.name == "aten::mm"]
+    assert [e.device_memory_usage for e in mm] == [64 * 64 * 4]
+    assert all(e.cpu_memory_usage == 0 for e in mm)
+    row = next(r for r in prof.key_averages() if r.key == "aten::mm")
+    assert row.self_device_memory_usage == 64 * 64 * 4
+    assert "NEURON Mem" in prof.key_averages().table(row_limit=3)
+    frees = [e for e in prof.events() if e.name == "[memory]" and e.device_memory_usage < 0]
+    assert [e.device_memory_usage for e in frees] == [-64 * 64 * 4]
+
+
 def test_neuron_alias_and_the_legacy_autograd_profiler():
     assert ProfilerActivity.NEURON == ProfilerActivity.PrivateUse1
     x = torch.ones(64, device="neuron")

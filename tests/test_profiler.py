@@ -85,6 +85,20 @@ def test_eager_ops_record_linked_device_events_and_device_time_columns():
     assert "Self NEURON" in table and "NEURON total" in table
 
 
+def test_native_ops_implemented_in_python_record_device_events():
+    # topk is a native op served by a Python kernel (ops/topk.py), as _scaled_mm is on trn3
+    x = torch.randn(64, device="neuron")
+    with profile(activities=ACTIVITIES) as prof:
+        torch.topk(x, 3)
+    names = [e.name for e in device_events(prof)]
+    assert names.count("aten::topk.default") == 1, names
+    row = next(r for r in prof.key_averages() if r.key == "aten::topk.default")
+    assert row.self_device_time_total > 0
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        torch.topk(x, 3)
+    assert device_events(prof) == []
+
+
 def test_a_same_named_callee_keeps_the_kernel():
     """aten::sum() calls aten::sum.dim_IntList; PyTorch merges the two rows and keeps the
     inner one's kernels: the device time must survive the merge."""

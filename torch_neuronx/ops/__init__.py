@@ -7,7 +7,7 @@ import collections
 
 import torch
 
-from torch_neuronx import _C, config, patching
+from torch_neuronx import _C, config, patching, profiling
 from torch_neuronx.ops.registry import (
     ACCEPTS_HOST_TENSORS,
     DATA_MOVEMENT,
@@ -87,10 +87,26 @@ _python_kernels: list[torch.library.Library] = []  # kept alive: a dropped Libra
 _python_executed: collections.Counter[str] = collections.Counter()
 
 
-def _counted(qualified: str, kernel):
+def _device_index(args) -> int:
+    for value in args:
+        if isinstance(value, torch.Tensor) and value.device.type == "neuron":
+            return value.device.index or 0
+    return 0
+
+
+def _tracked(qualified: str, kernel):
+    """The kernel, counted in get_executed_ops() and, while torch.profiler records
+    device activity, timed as a device event named as csrc names its kernels'."""
+    event = qualified if "." in qualified else qualified + ".default"
+
     def run(*args, **kwargs):
         _python_executed[qualified] += 1
-        return kernel(*args, **kwargs)
+        if not profiling.collecting():
+            return kernel(*args, **kwargs)
+        start = profiling.now_ns()
+        result = kernel(*args, **kwargs)
+        profiling.record_kernel(event, _device_index(args), start, profiling.now_ns(), path="native")
+        return result
 
     return run
 
@@ -99,7 +115,7 @@ def _register_python_kernels(kernels: dict, key: str = "PrivateUse1") -> None:
     """Native ops implemented in Python (ops/rnn.py, histogram.py, topk.py, sparse.py) for a neuron key."""
     library = torch.library.Library("aten", "IMPL")
     for name, kernel in kernels.items():
-        library.impl(name, patching.hide_from_dynamo(_counted("aten::" + name, kernel)), key)
+        library.impl(name, patching.hide_from_dynamo(_tracked("aten::" + name, kernel)), key)
     _python_kernels.append(library)
 
 

@@ -98,6 +98,7 @@ def _eager_ops(dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_dtype_eager_matches_cpu(dtype):
+    torch_neuronx.clear_op_tracking()
     x = _all_bytes(dtype)
     on_device = x.to(DEVICE)
     assert on_device.dtype == dtype and on_device.device.type == DEVICE
@@ -450,6 +451,7 @@ def _grouped(*args):
 
 
 def test_scaled_grouped_mm_eager_and_compiled(trn3, fresh_dynamo):
+    torch_neuronx.clear_op_tracking()
     compiled = torch.compile(_grouped, backend="neuron", fullgraph=True)
     for name, args in _grouped_cases():
         k = args[0].shape[-1]
@@ -474,8 +476,14 @@ def _user_function(a, b, sa, sb):
     return torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16) + y  # the user's line
 
 
-def test_trn2_raises_fp8_compute_error_eager_and_at_compile_time(trn2, fresh_dynamo):
+def test_trn2_raises_fp8_compute_error_eager_and_at_compile_time(monkeypatch, fresh_dynamo):
     args = _fp8_call()
+    # compiled first on trn3: a warm AOTAutograd cache (which skips the backend's checks)
+    # must not carry the graph over to trn2
+    monkeypatch.setattr(torch_neuronx.neuron, "_PROFILE", profiles.PROFILES["trn3.3xlarge"])
+    torch.compile(_user_function, backend="neuron", fullgraph=True)(*args)
+    torch._dynamo.reset()
+    monkeypatch.setattr(torch_neuronx.neuron, "_PROFILE", profiles.PROFILES["trn2.3xlarge"])
     with pytest.raises(RuntimeError) as eager:
         torch._scaled_mm(*args, out_dtype=torch.bfloat16)
     message = str(eager.value)

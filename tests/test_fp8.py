@@ -564,3 +564,32 @@ def test_trn3_instance_from_the_environment(trn3_process):
     atol = 2 * 64 * torch.finfo(torch.float32).eps * result["scale"]
     assert result["eager_err"] <= atol and result["compiled_err"] <= atol
     assert "FP8 compute runs on this profile (trn3.3xlarge" in result["ops"]
+
+
+def test_audit_records_scaled_mm_and_costs_it_per_profile(trn3):
+    """The eager kernel is Python: the audit records its calls (path "direct", an fp8
+    hazard at the user's line), not the copies it makes inside; the estimate costs the
+    recorded call at trn3's FP8 rate and lists it as not runnable on trn2."""
+    from torch_neuronx.audit import estimate, recorder
+
+    args = _fp8_call()
+    recording = recorder.Recording()
+    recording.start()
+    try:
+        torch._scaled_mm(*args, out_dtype=torch.bfloat16)  # the user's line
+    finally:
+        recording.stop()
+    signatures = recording.record()["signatures"]
+    scaled = [s for s in signatures if s["op"] == "aten::_scaled_mm"]
+    assert len(scaled) == 1 and scaled[0]["calls"] == 1, signatures
+    assert scaled[0]["path"] == "direct" and scaled[0]["hazards"] == ["fp8"]
+    assert scaled[0]["sites"][0]["file"] == __file__
+    assert [s["op"] for s in signatures] == ["aten::_scaled_mm"]  # its inner copy is not a call of its own
+    sig = dict(scaled[0], calls_per_step=1.0)
+    work = estimate.op_work(sig["op"], sig["args"])
+    assert work["engine"] == "tensor" and work["flops"] == 2 * 16 * 32 * 24
+    trn3_rates = estimate.core_rates(profiles.PROFILES["trn3.3xlarge"])
+    trn3_est = estimate.estimate_step([sig], [], [], "trn3.3xlarge")
+    low = max(work["flops"] / trn3_rates.fp8, work["bytes"] / trn3_rates.hbm)
+    assert trn3_est["by_class"]["matmul"][0] == pytest.approx(low) and trn3_est["not_runnable"] == []
+    assert estimate.estimate_step([sig], [], [], "trn2.3xlarge")["not_runnable"] == ["aten::_scaled_mm"]

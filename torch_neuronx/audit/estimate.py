@@ -243,8 +243,8 @@ def _compute_work(op: str, args: list) -> dict:
             continue
         nbytes, ran = in_bytes + out_bytes, True
         break
-    if not flops and name in _SDPA_FORMULAS:
-        flops = _SDPA_FORMULAS[name](args)
+    if not flops and name in _FORMULAS:
+        flops = _FORMULAS[name](args)
     return {"flops": flops, "bytes": nbytes, "engine": _engine(name, flops, nbytes), "meta": ran}
 
 
@@ -255,12 +255,16 @@ def _shape(arg) -> list[int]:
 # The fused attention the device selects for scaled_dot_product_attention (the CPU
 # flash kernel, csrc/Kernels.cpp sdpaChoice) has no formula in PyTorch's FLOP
 # counter; its FLOPs are those of the attention it computes, PyTorch's sdpa formulas.
-_SDPA_FORMULAS = {
+_FORMULAS = {
     "_scaled_dot_product_flash_attention_for_cpu":
         lambda a: int(flop_counter.sdpa_flop_count(_shape(a[0]), _shape(a[1]), _shape(a[2]))),
     "_scaled_dot_product_flash_attention_for_cpu_backward":
         lambda a: int(flop_counter.sdpa_backward_flop_count(_shape(a[0]), _shape(a[1]), _shape(a[2]),
                                                             _shape(a[3]))),
+    # Its meta run, on the meta device, applies CUDA's size rules (multiples of 16), which the
+    # neuron device does not have: 2 M K N, K counting both float4 values of a byte.
+    "_scaled_mm": lambda a: 2 * _shape(a[0])[0] * _shape(a[0])[1] * _shape(a[1])[1]
+    * (2 if a[0]["dtype"] == "float4_e2m1fn_x2" else 1),
 }
 
 

@@ -9,6 +9,7 @@
 #include "Runtime.h"
 
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/profiler/combined_traceback.h>
 #include <torch/extension.h>
 
@@ -249,6 +250,40 @@ const char* pathName(tn::CallPath path) {
   return "native";
 }
 
+// One call of a native op whose kernel is Python (torch_neuronx/ops/float8.py),
+// recorded as the alias kernel records its ops, path "direct": a context
+// manager around the kernel's body (the device calls the body makes are
+// nested, so not recorded). Arguments are matched to the op's schema.
+class PythonKernelCall {
+ public:
+  PythonKernelCall(const std::string& op, const std::string& overload, py::tuple args)
+      : handle_(c10::Dispatcher::singleton().findSchemaOrThrow(op.c_str(), overload.c_str())),
+        args_(std::move(args)) {}
+
+  void enter() {
+    const auto& arguments = handle_.schema().arguments();
+    std::vector<c10::IValue> values;
+    values.reserve(arguments.size());
+    for (size_t i = 0; i < arguments.size(); ++i) {
+      if (i < args_.size()) {
+        values.push_back(torch::jit::toIValue(args_[i], arguments[i].type()));
+      } else if (arguments[i].default_value()) {
+        values.push_back(*arguments[i].default_value());
+      } else {
+        values.emplace_back();
+      }
+    }
+    call_ = std::make_unique<tn::RecordedCall>(handle_, values.data(), values.size(), tn::CallPath::Direct);
+  }
+
+  void exit() { call_.reset(); }
+
+ private:
+  c10::OperatorHandle handle_;
+  py::tuple args_;
+  std::unique_ptr<tn::RecordedCall> call_;
+};
+
 // on_signature(id, op, path, args, allocated) -> bool; on_call(id). A Python
 // error in either is reported as unraisable and ignored: the audit must not
 // break the program it watches.
@@ -338,6 +373,12 @@ PYBIND11_MODULE(_C, m) {
     return rows;
   }, "(id, calls, host nanoseconds) of every signature recorded so far.");
   m.def("_audit_calls", &tn::recordedCalls);
+  py::class_<PythonKernelCall>(m, "_AuditKernelCall",
+                               "with _AuditKernelCall('aten::op', 'overload', args): the recorded call "
+                               "of a Python kernel (ops/float8.py)")
+      .def(py::init<const std::string&, const std::string&, py::tuple>())
+      .def("__enter__", [](PythonKernelCall& self) { self.enter(); })
+      .def("__exit__", [](PythonKernelCall& self, py::args) { self.exit(); });
   m.def("_audit_allocated", [](int device) {
     return tn::neuronAllocator().allocatedBytes(static_cast<c10::DeviceIndex>(device));
   }, "Bytes allocated on a core now (memory_allocated without building the whole stats dict).");

@@ -373,7 +373,10 @@ def test_fast_kernels_are_recorded_with_their_signature():
     ("aten::mul.Tensor", "native", [{"dtype": "float64", "shape": [2], "device": "neuron:0"}, 2.0], ["float64"]),
     ("aten::mul.Tensor", "native", [{"dtype": "float32", "shape": [2], "device": "neuron:0"}, 2.0], []),
     ("aten::nonzero", "native", [{"dtype": "bool", "shape": [2], "device": "neuron:0"}], ["data_dependent_shape"]),
-    ("aten::cat", "native", [[{"dtype": "float8_e4m3fn", "shape": [2], "device": "neuron:0"}], 0], ["fp8"]),
+    # float8 storage is no hazard (every profile); FP8 compute is (Trainium3 only)
+    ("aten::cat", "native", [[{"dtype": "float8_e4m3fn", "shape": [2], "device": "neuron:0"}], 0], []),
+    ("aten::_scaled_mm", "direct", [{"dtype": "float8_e4m3fn", "shape": [16, 16], "device": "neuron:0"}] * 2
+     + [{"dtype": "float32", "shape": [], "device": "neuron:0"}] * 2, ["fp8"]),
 ])
 def test_hazards_of(op, path, args, expected):
     assert recorder.hazards_of(op, path, args) == expected
@@ -610,12 +613,14 @@ def test_targets_follow_the_lnc_of_the_audited_command(monkeypatch):
 
 
 def test_fp8_is_a_hazard_only_for_targets_without_fp8():
-    sig = {"id": 0, "op": "aten::mm", "path": "native", "allocated": 0, "first_step": 0, "site": None,
-           "args": [{"dtype": "float8_e4m3fn", "shape": [16, 16], "device": "neuron:0"}] * 2,
+    sig = {"id": 0, "op": "aten::_scaled_mm", "path": "direct", "allocated": 0, "first_step": 0, "site": None,
+           "args": [{"dtype": "float8_e4m3fn", "shape": [16, 16], "device": "neuron:0"}] * 2
+           + [{"dtype": "float32", "shape": [], "device": "neuron:0"}] * 2,
            "hazards": ["fp8"], "calls": 2, "host_ns": 100, "calls_first_step": 1, "host_ns_first_step": 50}
     both = _build([_record(signatures=[sig], steps=[_record()["steps"][0]] * 2)])
     fp8 = [h for h in both["hazards"] if h["kind"] == "fp8"]
     assert len(fp8) == 1 and "trn2.3xlarge" in fp8[0]["detail"] and "trn3" not in fp8[0]["detail"]
+    assert "FP8 compute needs Trainium3" in fp8[0]["detail"] and "docs/fp8.md" in fp8[0]["detail"]
     trn3_only = _build([_record(signatures=[sig])], targets=["trn3.3xlarge"])
     assert not [h for h in trn3_only["hazards"] if h["kind"] == "fp8"]
 

@@ -363,3 +363,28 @@ def test_cpu_flash_attention_counts_the_attention_flops():
                              0.0, False, None, None])
     assert back["flops"] == sdpa_backward_flop_count([2, 4, 128, 64], [2, 4, 128, 64], [2, 4, 256, 64],
                                                      [2, 4, 256, 64]) > 0
+
+
+def test_scaled_mm_costs_fp8_rate_on_trn3_and_is_not_runnable_on_trn2():
+    """torch._scaled_mm / _scaled_grouped_mm: TensorE at the FP8 rate of REFERENCE.md §2 on trn3
+    (2517 TFLOPS per chip); on trn2 the device raises, so the estimate lists them as not runnable
+    (costed at the BF16 rate, as if rewritten) and says why."""
+    m = k = n = 8192
+    scaled = [sig("aten::_scaled_mm", [T(m, k, dtype="float8_e4m3fn"), T(k, n, dtype="float8_e4m3fn"),
+                                       T(), T(), None, None, "bfloat16", False])]
+    grouped = [sig("aten::_scaled_grouped_mm", [T(4 * 512, 1024, dtype="float8_e4m3fn"),
+                                                T(4, 1024, 2048, dtype="float8_e4m3fn"),
+                                                T(4 * 512), T(4, 2048), T(4, dtype="int32"), None, None,
+                                                "bfloat16", False])]
+    flops = 2 * m * k * n
+    trn3 = est.estimate_step(scaled + grouped, [], [], "trn3.3xlarge")
+    rates = est.core_rates(PROFILES["trn3.3xlarge"])
+    assert rates.fp8 == pytest.approx(2517e12 * 2 / 8)
+    assert trn3["not_runnable"] == []
+    assert trn3["by_class"]["matmul"][0] >= flops / rates.fp8  # the grouped call adds its own
+    assert trn3["by_class"]["matmul"][0] < flops / rates.bf16
+    trn2 = est.estimate_step(scaled + grouped, [], [], "trn2.3xlarge")
+    assert trn2["not_runnable"] == ["aten::_scaled_grouped_mm", "aten::_scaled_mm"]
+    lines = [a for a in trn2["assumptions"] if "cannot run there" in a]
+    assert len(lines) == 2 and all("FP8 compute needs Trainium3" in line for line in lines)
+    assert trn2["by_class"]["matmul"][0] >= flops / est.core_rates(PROFILES["trn2.3xlarge"]).bf16

@@ -343,9 +343,15 @@ def _select(calls, cap):
 
 
 # -------------------------------------------------------------------- checking
+_BYTE_FLOATS = (torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e8m0fnu, torch.float4_e2m1fn_x2)
+
+
 def _to_jax(t: torch.Tensor):
     if t.dtype == torch.bfloat16:
         return jnp.asarray(t.float().numpy()).astype(jnp.bfloat16)
+    if t.dtype in _BYTE_FLOATS:  # numpy has no float8: the bytes, as the compiler hands them to XLA
+        bits = jnp.asarray(t.contiguous().view(torch.uint8).numpy())
+        return jax.lax.bitcast_convert_type(bits, lowering.conversions.jax_dtype(t.dtype))
     return jnp.asarray(t.numpy())
 
 
@@ -353,6 +359,9 @@ def _to_torch(value):
     array = np.asarray(value)
     if array.dtype == jnp.bfloat16:
         return torch.from_numpy(array.astype(np.float32)).to(torch.bfloat16)
+    if str(array.dtype).startswith("float8"):
+        bits = torch.from_numpy(np.asarray(jax.lax.bitcast_convert_type(value, jnp.uint8)).copy())
+        return bits.view(lowering.conversions.torch_dtype(array.dtype))
     return torch.from_numpy(array.copy())
 
 
@@ -557,6 +566,27 @@ def _grouped_mm_cases():
         _direct(aten._grouped_mm.default, rows.t().contiguous(), _t(32, 8, seed=2), offs),  # 2D x 2D: weight grads
         _direct(aten._grouped_mm.default, _t(4, 8, 16, seed=3), rows.t().contiguous(), offs),  # 3D x 2D
         _direct(aten._grouped_mm.default, _t(4, 8, 16, seed=3), experts),  # 3D x 3D, no offsets
+    ]
+
+
+def _scaled_mm_cases():
+    """torch._scaled_mm against CPU PyTorch's kernel (tensor-wise and row-wise scales,
+    mat2 column-major, a bias, bf16 and float32 out) and torch._scaled_grouped_mm
+    against the reference of ops/float8.py (CPU PyTorch has no kernel for it);
+    block scaling and every form: tests/test_fp8.py."""
+    from torch_neuronx.ops import float8
+
+    a = _t(16, 32, low=-4, high=4).to(torch.float8_e4m3fn)
+    b = _t(24, 32, low=-4, high=4, seed=1).to(torch.float8_e4m3fn).t()
+    row, col = _t(16, 1, low=0.1, high=1, seed=2), _t(1, 24, low=0.1, high=1, seed=3)
+    offs = torch.tensor([16, 16, 32], dtype=torch.int32)
+    experts = _t(3, 24, 32, low=-4, high=4, seed=4).to(torch.float8_e4m3fn).transpose(-2, -1)
+    grouped = (torch.cat([a, a]), experts, _t(32, low=0.1, high=1, seed=5), _t(3, 24, low=0.1, high=1, seed=6), offs)
+    return [
+        _direct(aten._scaled_mm.default, a, b, torch.tensor(0.5), torch.tensor(2.0),
+                bias=_t(24, seed=7).to(torch.bfloat16), out_dtype=torch.bfloat16),
+        _direct(aten._scaled_mm.default, a, b, row, col, out_dtype=torch.float32),
+        Call(aten._scaled_grouped_mm.default, grouped, {}, float8.scaled_grouped_mm_reference(*grouped), "direct"),
     ]
 
 
@@ -847,6 +877,7 @@ def _direct_cases():
         _attention_backward(q.repeat(1, 2, 1, 1) * 0.5, k[:, :, :5], v[:, :, :5], True, None),
         *_encoder_layer_cases(),
         *_grouped_mm_cases(),
+        *_scaled_mm_cases(),
         # grid sampling: bilinear / nearest x zeros / border / reflection padding x align_corners
         *[_direct(aten.grid_sampler_2d.default, img, _t(2, 4, 5, 2, low=-1.6, high=1.6), mode, padding, align)
           for mode, padding, align in [(0, 0, False), (0, 1, True), (0, 2, False), (0, 2, True), (1, 0, True),

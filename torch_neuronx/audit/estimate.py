@@ -98,6 +98,9 @@ _VIEW_OPS = {
     "view_as_complex", "diagonal", "flatten", "unflatten", "movedim", "lift_fresh",
 }
 _METADATA_OPS = {"set_", "resize_", "resize_as_"}  # change metadata/storage, move no data
+# FP8 compute (ops/registry.FP8_COMPUTE): TensorE at the FP8 rate on Trainium3; elsewhere the
+# device raises, so they cannot run there (estimate_step's "not_runnable").
+_FP8_COMPUTE_OPS = {"_scaled_mm", "_scaled_grouped_mm"}
 _COPY_OPS = {"copy_", "_copy_from", "_copy_from_and_resize", "_to_copy", "clone", "contiguous"}
 _SYNC_OPS = {"_local_scalar_dense", "item"}  # the host reads a device value: waits for the device
 
@@ -240,8 +243,8 @@ def _compute_work(op: str, args: list) -> dict:
             continue
         nbytes, ran = in_bytes + out_bytes, True
         break
-    if not flops and name in _SDPA_FORMULAS:
-        flops = _SDPA_FORMULAS[name](args)
+    if not flops and name in _FORMULAS:
+        flops = _FORMULAS[name](args)
     return {"flops": flops, "bytes": nbytes, "engine": _engine(name, flops, nbytes), "meta": ran}
 
 
@@ -252,12 +255,16 @@ def _shape(arg) -> list[int]:
 # The fused attention the device selects for scaled_dot_product_attention (the CPU
 # flash kernel, csrc/Kernels.cpp sdpaChoice) has no formula in PyTorch's FLOP
 # counter; its FLOPs are those of the attention it computes, PyTorch's sdpa formulas.
-_SDPA_FORMULAS = {
+_FORMULAS = {
     "_scaled_dot_product_flash_attention_for_cpu":
         lambda a: int(flop_counter.sdpa_flop_count(_shape(a[0]), _shape(a[1]), _shape(a[2]))),
     "_scaled_dot_product_flash_attention_for_cpu_backward":
         lambda a: int(flop_counter.sdpa_backward_flop_count(_shape(a[0]), _shape(a[1]), _shape(a[2]),
                                                             _shape(a[3]))),
+    # Its meta run, on the meta device, applies CUDA's size rules (multiples of 16), which the
+    # neuron device does not have: 2 M K N, K counting both float4 values of a byte.
+    "_scaled_mm": lambda a: 2 * _shape(a[0])[0] * _shape(a[0])[1] * _shape(a[1])[1]
+    * (2 if a[0]["dtype"] == "float4_e2m1fn_x2" else 1),
 }
 
 
@@ -359,6 +366,10 @@ def _device_op(sig: dict, work: dict, rates, profile, notes) -> tuple[str, list[
     """(class, [low, high] seconds) of one call of a native/direct op."""
     name = _split_op(sig["op"])[1]
     args = sig.get("args", [])
+    if name in _FP8_COMPUTE_OPS and not profile.fp8:
+        notes.add(f"{profile.name}: torch.{name} cannot run there (FP8 compute needs Trainium3; the "
+                  "device raises \"FP8 compute needs Trainium3\", docs/fp8.md): its calls are costed at "
+                  "the BF16 rate, as if rewritten in bfloat16.")
     if work["engine"] == "tensor":
         peak = _peak(_op_dtype(args), rates, profile, notes)
         return "matmul", [max(work["flops"] / (peak * b.tensor_eff), work["bytes"] / (rates.hbm * b.hbm_eff))
@@ -460,6 +471,8 @@ def estimate_step(signatures, graphs, collectives, profile, mode: str = "eager")
     seconds per step; ``low_s``/``high_s`` are their sums. "launch" holds the launches of eager
     op calls (mode "eager" only) and of compiled-graph runs (any mode). A graph may carry an
     optional "dtype" (its matmul dtype); without it the range spans the BF16 and FP32 rates.
+    ``not_runnable`` lists the recorded ops the instance cannot run (FP8 compute off Trainium3);
+    they are costed at the BF16 rate, as if rewritten.
     Raises ValueError for an unknown mode or instance, or a platform without published rates (trn1).
     """
     if mode not in MODES:
@@ -474,8 +487,11 @@ def estimate_step(signatures, graphs, collectives, profile, mode: str = "eager")
             by_class[cls][i] += seconds * times
 
     no_flops = 0
+    not_runnable = set()
     for sig in signatures or ():
         calls = float(sig.get("calls_per_step", 0.0))
+        if _split_op(sig["op"])[1] in _FP8_COMPUTE_OPS and not profile.fp8:
+            not_runnable.add(sig["op"])
         work = _work(sig["op"], sig.get("args", []))
         no_flops += not work["meta"]
         if sig.get("path") == "fallback":
@@ -514,5 +530,6 @@ def estimate_step(signatures, graphs, collectives, profile, mode: str = "eager")
         "high_s": sum(v[1] for v in by_class.values()),
         "by_class": by_class,
         "assumptions": list(notes),
+        "not_runnable": sorted(not_runnable),
         "label": "estimate",
     }

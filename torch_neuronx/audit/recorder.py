@@ -50,7 +50,8 @@ DATA_DEPENDENT_OPS = {"aten::nonzero", "aten::masked_select", "aten::unique_dim"
                       "aten::unique_consecutive", "aten::nonzero_static"}
 COPY_OPS = {"aten::_copy_from", "aten::_copy_from_and_resize"}
 FP64 = {"float64", "complex128"}
-FP8_PREFIX = "float8_"
+# FP8 compute (registry.FP8_COMPUTE): runs on Trainium3 only. Float8 storage and casts run everywhere.
+FP8_COMPUTE_OPS = {"aten::_scaled_mm", "aten::_scaled_grouped_mm"}
 
 
 # ----------------------------------------------------------------- user lines
@@ -146,7 +147,7 @@ def hazards_of(op: str, path: str, args: list) -> list[str]:
     if any(t["dtype"] in FP64 and t["device"].startswith("neuron") for t in described) \
             and op not in COPY_OPS:
         found.append("float64")
-    if any(t["dtype"].startswith(FP8_PREFIX) for t in described):
+    if op.partition(".")[0] in FP8_COMPUTE_OPS:
         found.append("fp8")
     return found
 

@@ -320,7 +320,7 @@ HAZARD_TEXT = {
     "host_sync": "the host waits for the device (.item(), .cpu(), .tolist(), printing a tensor)",
     "float64": "float64 is computed as float32 on Trainium: results differ from float64 on CPU/GPU",
     "data_dependent_shape": "the output's shape depends on the data: the host must wait to learn it",
-    "fp8": "8-bit floating point",
+    "fp8": "FP8 compute (torch._scaled_mm, torch._scaled_grouped_mm)",
 }
 
 
@@ -338,7 +338,8 @@ def _hazards(signatures: list[dict], records: list[dict], targets: list[str], co
             without = [t for t in targets if not PROFILES[t].fp8]
             if not without:
                 continue
-            detail = f"FP8 compute needs Trainium3; not available on {', '.join(without)}"
+            detail = (f"FP8 compute needs Trainium3: on {', '.join(without)} this op raises \"FP8 compute "
+                      "needs Trainium3\" (eager; at compile time under torch.compile); see docs/fp8.md")
         else:
             detail = HAZARD_TEXT[kind]
         sites = _merge_sites(sigs)

@@ -85,7 +85,8 @@ SCHEMA = {
         "estimates": {**_array(_object({
             "instance": _STR, "low_s": _NUM, "high_s": _NUM, "label": {"const": "estimate"},
             "by_class": {"type": "object", "additionalProperties": _RANGE},
-            "assumptions": {**_array({**_STR, "minLength": 1}), "minItems": 1}})), "minItems": 1},
+            "assumptions": {**_array({**_STR, "minLength": 1}), "minItems": 1},
+            "not_runnable": _array(_STR)})), "minItems": 1},
         "cost": _object({
             "unit": _STR, "units_per_step": _NUM, "units_source": _STR,
             "rows": _array(_object({"name": _STR, "usd_per_hour": {"type": ["number", "null"]},

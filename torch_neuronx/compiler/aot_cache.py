@@ -95,8 +95,12 @@ def _inputs_digest(args, digest) -> None:
 
 
 def _state_digest(aot_config, digest) -> None:
-    """Global state and settings that AOTAutograd's tracing reads."""
+    """Global state and settings that AOTAutograd's tracing reads, and whether the
+    instance profile has FP8 compute: a hit skips the backend's graph checks, so a
+    graph with _scaled_mm compiled on trn3 must not load on trn2 (compiler/float8.py)."""
     import torch._functorch.config as functorch_config
+
+    from torch_neuronx.ops import float8
 
     autocast = [
         (device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
@@ -107,6 +111,7 @@ def _state_digest(aot_config, digest) -> None:
         torch.are_deterministic_algorithms_enabled(), torch.get_default_dtype(),
         aot_config.num_params_buffers, aot_config.keep_inference_input_mutations, aot_config.is_export,
         aot_config.no_tangents, aot_config.dynamic_shapes, aot_config.static_input_indices,
+        float8.has_fp8_compute(),
     )).encode())
     digest.update(functorch_config.save_config())
 

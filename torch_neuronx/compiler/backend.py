@@ -10,7 +10,7 @@ import torch
 
 from torch_neuronx import config
 from torch_neuronx.audit import recorder
-from torch_neuronx.compiler import aot, dynamo_hooks, metrics
+from torch_neuronx.compiler import aot, dynamo_hooks, float8, metrics
 from torch_neuronx.compiler.errors import NeuronCompileError
 
 _warned_modes: set[str] = set()
@@ -39,6 +39,7 @@ def _compiler(kind: str):
         from torch_neuronx.compiler.partition import is_custom_op, split_around_custom_ops
 
         metrics.record_graph(kind)
+        float8.check_graph(gm)  # FP8 compute on this profile, float4 casts: refused with the user's line
         if any(is_custom_op(node) for node in gm.graph.nodes):
             split = split_around_custom_ops(gm, lambda piece: compile_fn(piece, None))
             return BoxedOutput(lambda args: split.forward(*args))
@@ -77,6 +78,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str):
     """One ATen graph -> a GraphRunner (NeuronCompileError when an op cannot be lowered)."""
     from torch_neuronx.compiler.lowerability import unlowered_ops
 
+    float8.check_graph(gm)
     missing = unlowered_ops(gm)
     if missing:
         raise NeuronCompileError(missing)

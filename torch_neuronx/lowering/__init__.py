@@ -60,6 +60,7 @@ def load() -> None:
         # In this order: where two modules register the same op, the later one's entry is kept.
         from torch_neuronx.lowering import aten, nn, reductions, shapes  # noqa: F401
         from torch_neuronx.lowering import random, control_flow, fft, linalg, misc, optim  # noqa: F401
+        from torch_neuronx.lowering import scaled_mm  # noqa: F401
 
         # Derived entries, once every plain lowering is registered.
         misc.register_copy_variants()

@@ -21,7 +21,7 @@ from torch_neuronx.lowering import conversions, current
 
 __all__ = [
     "KIND", "acc_dtype", "as_tuple", "cast", "default_float", "dims", "is_array", "is_float",
-    "is_int", "jax_dtype", "promote", "torch_dtype",
+    "is_float8", "is_int", "jax_dtype", "promote", "to_float8", "torch_dtype",
 ]
 
 def jax_dtype(dtype: torch.dtype):
@@ -73,6 +73,43 @@ def cast(value, dtype):
     if is_array(value):
         return value if value.dtype == dtype else value.astype(dtype)
     return jnp.asarray(value, dtype)
+
+
+_FLOAT8 = (jnp.float8_e4m3fn, jnp.float8_e5m2, jnp.float8_e8m0fnu)
+
+
+def is_float8(dtype) -> bool:
+    return dtype in _FLOAT8
+
+
+def to_float8(x, dtype):
+    """x converted to a float8 dtype bit for bit as PyTorch converts (c10's
+    Float8_* from float): through float32; float8_e4m3fn saturates to +-448
+    (infinities too) where ml_dtypes gives NaN; NaN is 0x7f with x's sign for
+    e4m3fn and e5m2 (ml_dtypes keeps another payload); float8_e8m0fnu is
+    computed on the bits (_to_e8m0)."""
+    f = x.astype(jnp.float32)
+    if dtype == jnp.float8_e8m0fnu:
+        return jax.lax.bitcast_convert_type(_to_e8m0(f), dtype)
+    if dtype == jnp.float8_e4m3fn:
+        f8 = jnp.where(jnp.isnan(f), f, jnp.clip(f, -448.0, 448.0)).astype(dtype)
+    else:
+        f8 = f.astype(dtype)
+    nan = jnp.where(jnp.signbit(f), jnp.uint8(0xFF), jnp.uint8(0x7F))
+    bits = jnp.where(jnp.isnan(f), nan, jax.lax.bitcast_convert_type(f8, jnp.uint8))
+    return jax.lax.bitcast_convert_type(bits, dtype)
+
+
+def _to_e8m0(f):
+    """float32 -> float8_e8m0fnu bits as PyTorch rounds: the sign is dropped, the
+    exponent rounds up when the mantissa is above one half (exactly one half:
+    up, except for subnormals), NaN and infinity give 0xff (NaN). On the bits:
+    XLA on the CPU flushes subnormals to zero, which PyTorch rounds."""
+    u = jax.lax.bitcast_convert_type(f, jnp.uint32)
+    exponent, mantissa = (u >> 23) & 0xFF, u & 0x7FFFFF
+    up = (mantissa > 0x400000) | ((mantissa == 0x400000) & (exponent != 0))
+    rounded = jnp.minimum(exponent + up.astype(jnp.uint32), 0xFF)
+    return jnp.where(exponent == 0xFF, 0xFF, rounded).astype(jnp.uint8)
 
 
 def dims(dim, ndim: int) -> tuple[int, ...]:

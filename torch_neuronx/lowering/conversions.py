@@ -37,8 +37,15 @@ def _dtype_maps() -> tuple[dict, dict]:
         torch.int16: jnp.int16, torch.int8: jnp.int8, torch.uint8: jnp.uint8, torch.bool: jnp.bool_,
         torch.complex64: jnp.complex64, torch.complex128: jnp.complex128,
         torch.uint16: jnp.uint16, torch.uint32: jnp.uint32, torch.uint64: jnp.uint64,
+        torch.float8_e4m3fn: jnp.float8_e4m3fn, torch.float8_e5m2: jnp.float8_e5m2,
+        torch.float8_e8m0fnu: jnp.float8_e8m0fnu,
     }
-    return to_jax, {np.dtype(v): k for k, v in to_jax.items()}
+    to_numpy = {np.dtype(v): k for k, v in to_jax.items()}
+    # Two float4 values per byte: jax has no packed float4, so the graph carries
+    # the bytes as uint8 (uint8 still maps back to torch.uint8); the lowerings
+    # that compute on them unpack the bits (lowering/scaled_mm.py).
+    to_jax[torch.float4_e2m1fn_x2] = jnp.uint8
+    return to_jax, to_numpy
 
 
 def jax_dtype(dtype: torch.dtype, narrow: bool = False):
@@ -135,6 +142,8 @@ def _jaxlib_dlpack():
 
 def as_jax(tensor: torch.Tensor):
     """A jax array over the tensor's bytes (zero-copy for 64-byte aligned dense tensors)."""
+    if tensor.dtype == torch.float4_e2m1fn_x2:  # DLPack describes it as 2 lanes, which XLA rejects
+        tensor = tensor.view(torch.uint8)
     bridge = _jaxlib_dlpack()
     if bridge is not None and tensor.dtype != torch.bool:
         return bridge[0](tensor)
@@ -173,6 +182,8 @@ def from_jax(value, device: torch.device, dtype: torch.dtype | None) -> torch.Te
     bridge = _jaxlib_dlpack()
     host = bridge[1](value) if bridge is not None else torch.from_dlpack(value)
     tensor = _C._adopt_external(host, device.index or 0)
+    if dtype == torch.float4_e2m1fn_x2:
+        return tensor.view(dtype)  # the graph's uint8 bytes (as_jax)
     if dtype is not None and tensor.dtype != dtype:
         tensor = tensor.to(dtype)  # float64 results computed in float32 (the fp64 rule)
     return tensor

@@ -19,7 +19,8 @@ import torch
 
 from torch_neuronx.lowering import lowering
 from torch_neuronx.lowering.common import (
-    KIND, acc_dtype, cast, default_float, is_array, is_float, jax_dtype, promote, torch_dtype,
+    KIND, acc_dtype, cast, default_float, is_array, is_float, is_float8, jax_dtype, promote, to_float8,
+    torch_dtype,
 )
 
 aten = torch.ops.aten
@@ -40,6 +41,8 @@ def to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocki
         x = jnp.real(x)
     if target == jnp.bool_:
         return x != 0
+    if is_float8(target) and x.dtype != target:
+        return to_float8(jnp.real(x) if jnp.iscomplexobj(x) else x, target)
     return x.astype(target)
 
 

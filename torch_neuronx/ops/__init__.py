@@ -112,7 +112,7 @@ def _tracked(qualified: str, kernel):
 
 
 def _register_python_kernels(kernels: dict, key: str = "PrivateUse1") -> None:
-    """Native ops implemented in Python (ops/rnn.py, histogram.py, topk.py, sparse.py) for a neuron key."""
+    """Native ops implemented in Python (ops/rnn.py, histogram.py, topk.py, float8.py, sparse.py) for a neuron key."""
     library = torch.library.Library("aten", "IMPL")
     for name, kernel in kernels.items():
         library.impl(name, patching.hide_from_dynamo(_tracked("aten::" + name, kernel)), key)
@@ -120,13 +120,14 @@ def _register_python_kernels(kernels: dict, key: str = "PrivateUse1") -> None:
 
 
 def register() -> None:
-    from torch_neuronx.ops import histogram, rnn, sparse, topk
+    from torch_neuronx.ops import float8, histogram, rnn, sparse, topk
 
     _C._register_native_ops(native_overloads())
     if not _python_kernels:
         _register_python_kernels(rnn.KERNELS)
         _register_python_kernels(histogram.KERNELS)
         _register_python_kernels(topk.KERNELS)
+        _register_python_kernels(float8.KERNELS)
         _register_python_kernels(sparse.KERNELS)
         _register_python_kernels(sparse.CSR_KERNELS, "SparseCsrPrivateUse1")
         sparse.register_fallbacks(_python_kernels)

@@ -130,9 +130,13 @@ DIRECT_KERNELS = frozenset({
     "_local_scalar_dense", "record_stream", "view", "as_strided", "_reshape_alias", "unfold",
     "view_as_real", "view_as_complex", "convolution_overrideable",
     "convolution_backward_overrideable", "native_dropout", "_has_compatible_shallow_copy_type",
-    # torch_neuronx/ops/rnn.py, histogram.py and topk.py (Python kernels)
+    # torch_neuronx/ops/rnn.py, histogram.py, topk.py and float8.py (Python kernels)
     "histc", "topk", "_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl",
-    "_thnn_fused_gru_cell", "_thnn_fused_gru_cell_backward",
+    "_thnn_fused_gru_cell", "_thnn_fused_gru_cell_backward", "_scaled_mm", "_scaled_grouped_mm",
 })
+
+# FP8 compute: native (eager and lowered) on instance profiles with FP8 (Trainium3),
+# one clear error elsewhere (ops/float8.py; at compile time compiler/float8.py).
+FP8_COMPUTE = frozenset({"_scaled_mm", "_scaled_grouped_mm"})
 
 NATIVE_OPS: frozenset[str] = frozenset(DATA_MOVEMENT) | frozenset(COMPUTE) | DIRECT_KERNELS

@@ -33,7 +33,9 @@ import sys
 import torch
 
 from torch_neuronx.ops import _base_name, sparse
-from torch_neuronx.ops.registry import DATA_DEPENDENT_SHAPE, DATA_MOVEMENT, DIRECT_KERNELS, NATIVE_OPS
+from torch_neuronx.ops.registry import (
+    DATA_DEPENDENT_SHAPE, DATA_MOVEMENT, DIRECT_KERNELS, FP8_COMPUTE, NATIVE_OPS,
+)
 
 PAGE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "supported-operators.md"
 REGENERATE = "python -m torch_neuronx.ops.support --write"
@@ -57,9 +59,10 @@ _has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
 
 FP64_EMULATED = ("float64/complex128 computed in float32/complex64, results widened back "
                  "(TORCH_NEURONX_FP64=emulate, the default)")
-FP8_RULE = ("FP8 compute (_scaled_mm, MXFP8) is documented for Trainium3 only (trn3 "
-            "profiles); elsewhere keep float8 to storage and casts. The emulator does not enforce this: "
-            "it computes float8 wherever the CPU kernel does")
+FP8_RULE = ("float8/float4 dtypes store, copy, view and cast on every profile; FP8 compute "
+            "(_scaled_mm, _scaled_grouped_mm) runs on Trainium3 (trn3 profiles) only and raises on "
+            "trn1/trn2 (docs/fp8.md)")
+FP8_ONLY = "Trainium3 only (trn3 profiles): raises on trn1/trn2 (docs/fp8.md)"
 
 
 # ------------------------------------------------------------------ records
@@ -164,7 +167,21 @@ def _eager_overload(base: str, full: str) -> str:
     return NO_KERNEL
 
 
+def _fp8_profile_note() -> str:
+    """This process's answer for FP8 compute ops: its instance profile decides."""
+    from torch_neuronx.ops import float8
+
+    profile = float8.active_profile()
+    if profile.fp8:
+        return f"; FP8 compute runs on this profile ({profile.name}, {profile.platform})"
+    return (f"; this profile ({profile.name}, {profile.platform}) has no FP8 compute: it raises (eager: "
+            "RuntimeError; torch.compile: NeuronCompileError at compile time, naming the line). "
+            "Set TORCH_NEURONX_INSTANCE=trn3.3xlarge to emulate Trainium3")
+
+
 def _eager_op(base: str, overloads) -> tuple[str, str]:
+    if base in FP8_COMPUTE:
+        return DIRECT, "a direct kernel (ops/float8.py: dequantize, float32 accumulation)" + _fp8_profile_note()
     if base in DIRECT_KERNELS:
         return DIRECT, "a direct kernel (registry DIRECT_KERNELS: csrc/Kernels.cpp or torch_neuronx/ops/)"
     if base in NATIVE_OPS:
@@ -219,7 +236,8 @@ def _compile_op(base: str, overloads, ops) -> tuple[str, str]:
     lowered = [o for o in overloads if o.compile == LOWERED]
     if lowered:
         rule = _lowering_rule(ops[lowered[0].name])
-        return LOWERED, f"a rule in the lowering table ({rule.__module__.replace('.', '/')}.py)"
+        note = _fp8_profile_note() if base in FP8_COMPUTE else ""
+        return LOWERED, f"a rule in the lowering table ({rule.__module__.replace('.', '/')}.py){note}"
     decomposed = [o for o in overloads if o.compile == DECOMPOSED]
     if decomposed:
         table = [o.name for o in decomposed if ops[o.name] in decomposition_table()]
@@ -340,7 +358,7 @@ def _dtype_cell(op: OpSupport) -> str:
 
 
 def _limitations(op: OpSupport) -> str:
-    notes = []
+    notes = [FP8_ONLY] if op.name in FP8_COMPUTE else []
     if op.graph_break:
         notes.append("graph break: value-dependent forms run eagerly between compiled graphs")
     if op.eager == FALLBACK:

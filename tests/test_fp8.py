@@ -465,6 +465,61 @@ def test_scaled_grouped_mm_eager_and_compiled(trn3, fresh_dynamo):
     assert torch_neuronx.get_fallback_ops() == {}
 
 
+# ------------------------------------------------------------------ the v2 API
+def _v2(*args, **kwargs):
+    return torch.nn.functional.scaled_mm(*args, **kwargs)
+
+
+def _v2_cases():
+    """torch.nn.functional.scaled_mm calls (the _scaled_mm_v2 op) and the _scaled_mm call each is."""
+    S, Z = torch.nn.functional.ScalingType, torch.nn.functional.SwizzleType
+    a, b = _fp8((24, 64), torch.float8_e4m3fn, 1), _fp8((40, 64), torch.float8_e4m3fn, 2).t()
+    sa, sb = torch.tensor(0.75), torch.tensor(1.5)
+    ra, rb = _scales((24, 1), 3), _scales((1, 40), 4)
+    (ma, mb, mxa, mxb), _ = _mx_case(40, 96, 20, "mxfp8", seed=5)
+    bf16 = dict(output_dtype=torch.bfloat16)
+    return [
+        ((a, b, sa, S.TensorWise, sb, S.TensorWise), bf16, (a, b, sa, sb)),
+        ((a, b, ra, S.RowWise, rb, S.RowWise), bf16, (a, b, ra, rb)),
+        ((ma, mb, mxa, S.BlockWise1x32, mxb, S.BlockWise1x32, Z.SWIZZLE_32_4_4, Z.SWIZZLE_32_4_4), bf16,
+         (ma, mb, mxa, mxb)),
+    ]
+
+
+def test_scaled_mm_v2_is_scaled_mm_eager_and_compiled(trn3, fresh_dynamo):
+    torch_neuronx.clear_op_tracking()
+    compiled = torch.compile(_v2, backend="neuron", fullgraph=True)
+    for args, kwargs, v1 in _v2_cases():
+        want = float8.scaled_mm_reference(*v1, out_dtype=torch.bfloat16)
+        dargs = [t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in args]
+        assert torch.equal(_v2(*dargs, **kwargs).cpu(), want)
+        _assert_close(compiled(*dargs, **kwargs).cpu(), want, v1[0].shape[1], torch.bfloat16)
+    S = torch.nn.functional.ScalingType
+    for name, (a, b, sa, sb, offs) in (_grouped_cases()[0], _grouped_cases()[-1]):  # 2d-3d, 3d-3d
+        want = float8.scaled_grouped_mm_reference(a, b, sa, sb, offs, out_dtype=torch.bfloat16)
+        d = [t.to(DEVICE) if t is not None else None for t in (a, b, sa, sb, offs)]
+        got = torch.nn.functional.scaled_grouped_mm(d[0], d[1], d[2], S.RowWise, d[3], S.RowWise, offs=d[4])
+        assert torch.equal(got.cpu(), want), name
+    assert torch_neuronx.get_fallback_ops() == {}
+    a, b, ra, _, rb, _ = [t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in _v2_cases()[1][0]]
+    with pytest.raises(ValueError, match="row-wise scaling, but the recipes say TensorWise"):
+        _v2(a, b, ra, S.TensorWise, rb, S.TensorWise, output_dtype=torch.bfloat16)
+    (ma, mb, mxa, _, mxb, _, _, _), _, _ = _v2_cases()[2]
+    with pytest.raises(NotImplementedError, match="must be swizzled"):
+        _v2(ma.to(DEVICE), mb.to(DEVICE), mxa.to(DEVICE), S.BlockWise1x32, mxb.to(DEVICE), S.BlockWise1x32,
+            output_dtype=torch.bfloat16)
+
+
+def test_scaled_mm_v2_on_trn2_raises_the_fp8_error(trn2, fresh_dynamo):
+    args, kwargs, _ = _v2_cases()[0]
+    dargs = [t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in args]
+    with pytest.raises(RuntimeError, match="torch._scaled_mm_v2: FP8 compute needs Trainium3"):
+        _v2(*dargs, **kwargs)
+    with pytest.raises(Exception, match="FP8 compute needs Trainium3"):
+        torch.compile(_v2, backend="neuron", fullgraph=True)(*dargs, **kwargs)
+    assert torch_neuronx.get_fallback_ops() == {}
+
+
 # ------------------------------------------------------------------ trn1/trn2: one clear error
 def _fp8_call():
     a, b = _fp8((16, 32), torch.float8_e4m3fn, 1), _fp8((24, 32), torch.float8_e4m3fn, 2).t()

@@ -21,7 +21,10 @@ def decomposition_table() -> dict:
     otherwise be paid again by every graph Dynamo hands to the backend."""
     from torch._decomp import core_aten_decompositions
 
-    return dict(core_aten_decompositions().items())
+    from torch_neuronx.ops import float8
+
+    # torch.nn.functional.scaled_mm's _scaled_mm_v2 runs as _scaled_mm (its FP8 gate and lowering)
+    return {**dict(core_aten_decompositions().items()), **float8.DECOMPOSITIONS}
 
 
 class Decompositions(collections.abc.Mapping):

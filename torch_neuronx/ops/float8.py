@@ -314,4 +314,90 @@ def scaled_grouped_mm(mat_a, mat_b, scale_a, scale_b, offs=None, bias=None, scal
         return scaled_grouped_mm_reference(*args, out_dtype, use_fast_accum).to(mat_a.device)
 
 
-KERNELS = {"_scaled_mm": scaled_mm, "_scaled_mm.out": scaled_mm_out, "_scaled_grouped_mm": scaled_grouped_mm}
+# ------------------------------------------------------------------ the v2 API
+# torch.nn.functional.scaled_mm / scaled_grouped_mm call _scaled_mm_v2 /
+# _scaled_grouped_mm_v2 with a list of scales per operand, each with its recipe
+# (ScalingType) and swizzle (SwizzleType). One scale per operand is the v1 op:
+# it runs as _scaled_mm / _scaled_grouped_mm (the same gate, checks and
+# reference); the compiler decomposes v2 into v1 the same way (compiler/aot.py).
+_RECIPE_MODES = {0: TENSORWISE, 1: ROWWISE, 2: MX, 3: MX, 4: BLOCKWISE, 5: BLOCKWISE}
+_RECIPE_NAMES = {0: "TensorWise", 1: "RowWise", 2: "BlockWise1x16", 3: "BlockWise1x32",
+                 4: "BlockWise1x128", 5: "BlockWise128x128"}
+_SWIZZLE_32_4_4 = 1
+
+
+def _v2_scale(op: str, operand: str, scales, recipes, swizzles):
+    """The one scale of an operand, or NotImplementedError naming what v2 asked for."""
+    if len(scales) != 1 or len(recipes) != 1:
+        raise NotImplementedError(
+            f"torch.{op} on neuron: {operand} has {len(scales)} scales; one scale per operand is "
+            "supported (the recipes of torch._scaled_mm), not two-level scaling such as NVFP4's "
+            "global scale. Fold the global scale into the block scales or into the output.")
+    if _RECIPE_MODES.get(recipes[0]) == MX and (list(swizzles) or [0])[0] != _SWIZZLE_32_4_4:
+        raise NotImplementedError(
+            f"torch.{op} on neuron: {operand}'s {_RECIPE_NAMES[recipes[0]]} scales must be swizzled "
+            "(SwizzleType.SWIZZLE_32_4_4, torch.testing._internal.common_quantized.to_blocked's layout).")
+    return scales[0]
+
+
+def _v2_check(op: str, mode: str, recipe_a, recipe_b) -> None:
+    wanted = {_RECIPE_MODES.get(recipe_a[0]), _RECIPE_MODES.get(recipe_b[0])}
+    if wanted != {mode}:
+        names = [_RECIPE_NAMES.get(r[0], str(r[0])) for r in (recipe_a, recipe_b)]
+        raise ValueError(f"torch.{op}: the scales' shapes and dtypes are {mode} scaling, but the "
+                         f"recipes say {names[0]} and {names[1]}.")
+
+
+def scaled_mm_v2_as_v1(self, mat2, scale_a, recipe_a, swizzle_a, scale_b, recipe_b, swizzle_b, bias=None,
+                       out_dtype=None, contraction_dim=(), use_fast_accum=False) -> tuple:
+    """The _scaled_mm arguments of a _scaled_mm_v2 call (checked against its recipes)."""
+    op = "_scaled_mm_v2"
+    if list(contraction_dim) not in ([], [1, 0]):
+        raise NotImplementedError(f"torch.{op} on neuron: contraction_dim={list(contraction_dim)}; "
+                                  "only the default (self's dim 1 with mat2's dim 0) is supported.")
+    one_a = _v2_scale(op, "scale_a", scale_a, recipe_a, swizzle_a)
+    one_b = _v2_scale(op, "scale_b", scale_b, recipe_b, swizzle_b)
+    args = (self, mat2, one_a, one_b, bias, None, out_dtype, use_fast_accum)
+    _v2_check(op, check_scaled_mm(*args), recipe_a, recipe_b)
+    return args
+
+
+def scaled_grouped_mm_v2_as_v1(self, mat2, scale_a, recipe_a, swizzle_a, scale_b, recipe_b, swizzle_b,
+                               offs=None, bias=None, out_dtype=None, contraction_dim=(),
+                               use_fast_accum=False) -> tuple:
+    """The _scaled_grouped_mm arguments of a _scaled_grouped_mm_v2 call (row-wise scales)."""
+    op = "_scaled_grouped_mm_v2"
+    if list(contraction_dim):
+        raise NotImplementedError(f"torch.{op} on neuron: contraction_dim={list(contraction_dim)}; "
+                                  "only the default is supported.")
+    one_a = _v2_scale(op, "scale_a", scale_a, recipe_a, swizzle_a)
+    one_b = _v2_scale(op, "scale_b", scale_b, recipe_b, swizzle_b)
+    _v2_check(op, ROWWISE, recipe_a, recipe_b)
+    return (self, mat2, one_a, one_b, offs, bias, None, out_dtype, use_fast_accum)
+
+
+CHECKS.update({"_scaled_mm_v2": scaled_mm_v2_as_v1, "_scaled_grouped_mm_v2": scaled_grouped_mm_v2_as_v1})
+
+
+def scaled_mm_v2(*args, **kwargs):
+    require_fp8_compute("_scaled_mm_v2")
+    return scaled_mm(*scaled_mm_v2_as_v1(*args, **kwargs))
+
+
+def scaled_grouped_mm_v2(*args, **kwargs):
+    require_fp8_compute("_scaled_grouped_mm_v2")
+    return scaled_grouped_mm(*scaled_grouped_mm_v2_as_v1(*args, **kwargs))
+
+
+def decompose_scaled_mm_v2(*args, **kwargs):
+    return torch.ops.aten._scaled_mm.default(*scaled_mm_v2_as_v1(*args, **kwargs))
+
+
+def decompose_scaled_grouped_mm_v2(*args, **kwargs):
+    return torch.ops.aten._scaled_grouped_mm.default(*scaled_grouped_mm_v2_as_v1(*args, **kwargs))
+
+
+KERNELS = {"_scaled_mm": scaled_mm, "_scaled_mm.out": scaled_mm_out, "_scaled_grouped_mm": scaled_grouped_mm,
+           "_scaled_mm_v2": scaled_mm_v2, "_scaled_grouped_mm_v2": scaled_grouped_mm_v2}
+DECOMPOSITIONS = {torch.ops.aten._scaled_mm_v2.default: decompose_scaled_mm_v2,
+                  torch.ops.aten._scaled_grouped_mm_v2.default: decompose_scaled_grouped_mm_v2}

@@ -133,10 +133,11 @@ DIRECT_KERNELS = frozenset({
     # torch_neuronx/ops/rnn.py, histogram.py, topk.py and float8.py (Python kernels)
     "histc", "topk", "_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl",
     "_thnn_fused_gru_cell", "_thnn_fused_gru_cell_backward", "_scaled_mm", "_scaled_grouped_mm",
+    "_scaled_mm_v2", "_scaled_grouped_mm_v2",
 })
 
 # FP8 compute: native (eager and lowered) on instance profiles with FP8 (Trainium3),
 # one clear error elsewhere (ops/float8.py; at compile time compiler/float8.py).
-FP8_COMPUTE = frozenset({"_scaled_mm", "_scaled_grouped_mm"})
+FP8_COMPUTE = frozenset({"_scaled_mm", "_scaled_grouped_mm", "_scaled_mm_v2", "_scaled_grouped_mm_v2"})
 
 NATIVE_OPS: frozenset[str] = frozenset(DATA_MOVEMENT) | frozenset(COMPUTE) | DIRECT_KERNELS

@@ -178,6 +178,9 @@ def test_executed_ops_include_ops_served_by_python_kernels(quiet):
     assert torch_neuronx.get_fallback_ops() == {}
     torch_neuronx.clear_op_tracking()
     assert "aten::topk" not in torch_neuronx.get_executed_ops()
+    with pytest.raises(NotImplementedError, match="Sparse tensors are not supported"):
+        x.to_sparse()  # a Python kernel that refuses: it did not run
+    assert "aten::_to_sparse" not in torch_neuronx.get_executed_ops()
 
 
 def test_executed_ops_include_fallback_ops(quiet):

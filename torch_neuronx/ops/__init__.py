@@ -100,12 +100,13 @@ def _tracked(qualified: str, kernel):
     event = qualified if "." in qualified else qualified + ".default"
 
     def run(*args, **kwargs):
-        _python_executed[qualified] += 1
         if not profiling.collecting():
-            return kernel(*args, **kwargs)
-        start = profiling.now_ns()
-        result = kernel(*args, **kwargs)
-        profiling.record_kernel(event, _device_index(args), start, profiling.now_ns(), path="native")
+            result = kernel(*args, **kwargs)
+        else:
+            start = profiling.now_ns()
+            result = kernel(*args, **kwargs)
+            profiling.record_kernel(event, _device_index(args), start, profiling.now_ns(), path="native")
+        _python_executed[qualified] += 1  # a kernel that raised (a sparse layout) did not run
         return result
 
     return run

@@ -50,3 +50,28 @@ def test_demo_trains_and_reports():
                     flags=re.MULTILINE)
     assert gap and float(gap.group(1)) < 1e-4, out  # compiled training follows eager training
     assert elapsed < 60, f"demo took {elapsed:.1f} s"
+
+
+def test_profiling_example_writes_a_device_trace_and_a_memory_history(tmp_path):
+    import json
+    import pickle
+
+    example = DEMO.parent / "profile_training.py"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCH_NEURONX_")}
+    proc = subprocess.run([sys.executable, str(example), str(tmp_path)], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Self NEURON" in proc.stdout and "train_step" in proc.stdout, proc.stdout[:700]
+    # schedule(wait=1, warmup=1, active=2) over 4 steps: one trace, of the 2 active steps
+    traces = sorted(tmp_path.glob("trace_*.json"))
+    assert [t.name for t in traces] == ["trace_4.json"]
+    events = json.loads(traces[0].read_text())["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    assert any(e["name"] == "aten::mm.default" for e in kernels)
+    assert sum(e.get("cat") == "user_annotation" and e["name"] == "train_step" for e in events) == 2
+    snapshot = pickle.loads((tmp_path / "memory.pickle").read_bytes())
+    trace = [entry for device in snapshot["device_traces"] for entry in device]
+    allocs = [entry for entry in trace if entry["action"] == "alloc"]
+    assert allocs and any(frame["filename"].endswith("profile_training.py")
+                          for entry in allocs for frame in entry["frames"])
+    assert snapshot["segments"]

@@ -109,6 +109,16 @@ def test_private_api_is_reached_like_cudas():
     assert torch.neuron.memory._dump_snapshot is neuron_memory._dump_snapshot
 
 
+def test_accelerator_snapshot_is_the_devices(history):
+    # torch.accelerator.memory._snapshot() (PyTorch's device-generic spelling)
+    history(stacks="python")
+    x = torch.empty(1000, device=DEVICE)
+    snapshot = torch.accelerator.memory._snapshot()
+    assert ("alloc", x.data_ptr(), 4000) in _actions(snapshot)
+    assert snapshot["segments"] == memory.memory_snapshot()
+    del x
+
+
 def test_trace_is_what_the_allocator_did(run):
     a, b = run["a_address"], run["b_address"]
     expected = [

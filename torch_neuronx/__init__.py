@@ -31,7 +31,7 @@ __version__ = "0.1.0"
 
 def _register_device() -> None:
     from torch_neuronx import neuron, ops
-    from torch_neuronx.neuron import printing
+    from torch_neuronx.neuron import memory, printing
 
     # The profile and cores read (once) when torch_neuronx.neuron was imported.
     cores = neuron._VISIBLE_CORES
@@ -50,6 +50,7 @@ def _register_device() -> None:
     ops.apply_env_policies()
     ops.register()
     printing.install()
+    memory.install_accelerator_snapshot()
     # Registered first, so it runs after the atexit handlers of everything imported later.
     atexit.register(_C._drain_autograd_workers)
 

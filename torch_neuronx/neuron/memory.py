@@ -293,6 +293,27 @@ def _snapshot(device: Any = None, augment_with_fx_traces: bool = False) -> dict[
     return snapshot
 
 
+def install_accelerator_snapshot() -> None:
+    """torch.accelerator.memory._snapshot() knows CUDA and XPU only (PyTorch 2.13
+    calls torch.cuda's for any other accelerator, which fails here): with neuron
+    as the accelerator it returns _snapshot()."""
+    import torch.accelerator.memory as accelerator_memory
+
+    from torch_neuronx import patching
+
+    def build(original):
+        def snapshot(device=None, augment_with_fx_traces: bool = False):
+            accelerator = torch.accelerator.current_accelerator()
+            if accelerator is not None and accelerator.type == "neuron":
+                return _snapshot(device, augment_with_fx_traces=augment_with_fx_traces)
+            return original(device, augment_with_fx_traces=augment_with_fx_traces)
+
+        return snapshot
+
+    patching.patch_once(accelerator_memory, "_snapshot", build,
+                        why="torch.accelerator.memory._snapshot() serves only CUDA and XPU")
+
+
 def _dump_snapshot(filename: str = "dump_snapshot.pickle", augment_with_fx_traces: bool = False) -> None:
     """Pickles _snapshot() to ``filename``, for PyTorch's memory visualizer:
     ``python -m torch.cuda._memory_viz trace_plot FILE -o out.html`` (or

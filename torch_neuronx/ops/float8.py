@@ -46,19 +46,20 @@ TENSORWISE, ROWWISE, BLOCKWISE, MX = "tensor-wise", "row-wise", "blockwise", "mx
 
 
 # ------------------------------------------------------------------ the profile gate
-def active_profile():
-    """The instance profile the runtime was sized for (read at import)."""
+def runtime_profile():
+    """The instance profile the runtime was sized for (read once, at import; profiles.active_profile()
+    reads the environment as it is now)."""
     import torch_neuronx.neuron
 
     return torch_neuronx.neuron._PROFILE
 
 
 def has_fp8_compute() -> bool:
-    return active_profile().fp8
+    return runtime_profile().fp8
 
 
 def fp8_compute_error(op: str) -> str:
-    profile = active_profile()
+    profile = runtime_profile()
     return (f"torch.{op}: FP8 compute needs Trainium3 (NeuronCore-v4), and this instance profile is "
             f"{profile.name} ({profile.platform}, {profile.core_generation}), which has none in "
             "TorchNeuron. Set TORCH_NEURONX_INSTANCE=trn3.3xlarge (or trn3.48xlarge) to emulate a "

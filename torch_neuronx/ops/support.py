@@ -171,7 +171,7 @@ def _fp8_profile_note() -> str:
     """This process's answer for FP8 compute ops: its instance profile decides."""
     from torch_neuronx.ops import float8
 
-    profile = float8.active_profile()
+    profile = float8.runtime_profile()
     if profile.fp8:
         return f"; FP8 compute runs on this profile ({profile.name}, {profile.platform})"
     return (f"; this profile ({profile.name}, {profile.platform}) has no FP8 compute: it raises (eager: "

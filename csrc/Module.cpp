@@ -375,7 +375,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_audit_calls", &tn::recordedCalls);
   py::class_<PythonKernelCall>(m, "_AuditKernelCall",
                                "with _AuditKernelCall('aten::op', 'overload', args): the recorded call "
-                               "of a Python kernel (ops/float8.py)")
+                               "of a Python kernel (ops/__init__.py _tracked): the audit's signature and the profiler's device event")
       .def(py::init<const std::string&, const std::string&, py::tuple>())
       .def("__enter__", [](PythonKernelCall& self) { self.enter(); })
       .def("__exit__", [](PythonKernelCall& self, py::args) { self.exit(); });

@@ -22,6 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from torch_neuronx.audit.recorder import is_tensor, tensors
 from torch_neuronx.neuron.profiles import PROFILES, InstanceProfile
+from torch_neuronx.ops.registry import FP8_COMPUTE
 
 TERA = 1e12
 GIGA = 1e9
@@ -88,7 +89,7 @@ MODES = ("eager", "compiled")
 
 _TENSOR_OPS = {
     "mm", "bmm", "addmm", "addbmm", "baddbmm", "matmul", "linear", "addmv", "mv",
-    "_scaled_mm", "_grouped_mm", "_scaled_grouped_mm", "_int_mm",
+    "_scaled_mm", "_grouped_mm", "_scaled_grouped_mm", "_int_mm", "_scaled_mm_v2", "_scaled_grouped_mm_v2",
 }
 _VIEW_OPS = {
     "view", "_unsafe_view", "reshape", "_reshape_alias", "expand", "expand_as", "as_strided",
@@ -100,7 +101,7 @@ _VIEW_OPS = {
 _METADATA_OPS = {"set_", "resize_", "resize_as_"}  # change metadata/storage, move no data
 # FP8 compute (ops/registry.FP8_COMPUTE): TensorE at the FP8 rate on Trainium3; elsewhere the
 # device raises, so they cannot run there (estimate_step's "not_runnable").
-_FP8_COMPUTE_OPS = {"_scaled_mm", "_scaled_grouped_mm"}
+_FP8_COMPUTE_OPS = FP8_COMPUTE
 _COPY_OPS = {"copy_", "_copy_from", "_copy_from_and_resize", "_to_copy", "clone", "contiguous"}
 _SYNC_OPS = {"_local_scalar_dense", "item"}  # the host reads a device value: waits for the device
 
@@ -266,6 +267,7 @@ _FORMULAS = {
     "_scaled_mm": lambda a: 2 * _shape(a[0])[0] * _shape(a[0])[1] * _shape(a[1])[1]
     * (2 if a[0]["dtype"] == "float4_e2m1fn_x2" else 1),
 }
+_FORMULAS["_scaled_mm_v2"] = _FORMULAS["_scaled_mm"]  # the same operands first (torch.nn.functional.scaled_mm)
 
 
 # --- rates of one logical core -----------------------------------------------------------------

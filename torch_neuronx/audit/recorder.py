@@ -38,6 +38,8 @@ from collections import Counter, defaultdict
 
 import torch
 
+from torch_neuronx.ops.registry import FP8_COMPUTE
+
 RECORD_VERSION = 1
 
 # The recording of this process, or None (no audit): the compiler's hooks test it.
@@ -51,7 +53,7 @@ DATA_DEPENDENT_OPS = {"aten::nonzero", "aten::masked_select", "aten::unique_dim"
 COPY_OPS = {"aten::_copy_from", "aten::_copy_from_and_resize"}
 FP64 = {"float64", "complex128"}
 # FP8 compute (registry.FP8_COMPUTE): runs on Trainium3 only. Float8 storage and casts run everywhere.
-FP8_COMPUTE_OPS = {"aten::_scaled_mm", "aten::_scaled_grouped_mm"}
+FP8_COMPUTE_OPS = {"aten::" + name for name in FP8_COMPUTE}
 
 
 # ----------------------------------------------------------------- user lines

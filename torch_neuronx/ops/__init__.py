@@ -8,6 +8,7 @@ import collections
 import torch
 
 from torch_neuronx import _C, config, patching, profiling
+from torch_neuronx.audit import recorder
 from torch_neuronx.ops.registry import (
     ACCEPTS_HOST_TENSORS,
     DATA_MOVEMENT,
@@ -87,25 +88,19 @@ _python_kernels: list[torch.library.Library] = []  # kept alive: a dropped Libra
 _python_executed: collections.Counter[str] = collections.Counter()
 
 
-def _device_index(args) -> int:
-    for value in args:
-        if isinstance(value, torch.Tensor) and value.device.type == "neuron":
-            return value.device.index or 0
-    return 0
-
-
 def _tracked(qualified: str, kernel):
-    """The kernel, counted in get_executed_ops() and, while torch.profiler records
-    device activity, timed as a device event named as csrc names its kernels'."""
-    event = qualified if "." in qualified else qualified + ".default"
+    """The kernel, counted in get_executed_ops() and, while the audit records or
+    torch.profiler records device activity, recorded as csrc records its own
+    kernels: one RecordedCall (_C._AuditKernelCall) gives the audit its
+    signature and the profiler its device event."""
+    name, _, overload = qualified.partition(".")
 
     def run(*args, **kwargs):
-        if not profiling.collecting():
+        if recorder.ACTIVE is None and not profiling.collecting():
             result = kernel(*args, **kwargs)
         else:
-            start = profiling.now_ns()
-            result = kernel(*args, **kwargs)
-            profiling.record_kernel(event, _device_index(args), start, profiling.now_ns(), path="native")
+            with _C._AuditKernelCall(name, overload, args):
+                result = kernel(*args, **kwargs)
         _python_executed[qualified] += 1  # a kernel that raised (a sparse layout) did not run
         return result
 

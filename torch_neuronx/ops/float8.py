@@ -282,21 +282,10 @@ def _host(t):
     return t
 
 
-def _recorded(op: str, args: tuple):
-    """The audit's record of one call of a Python kernel (csrc/Module.cpp
-    _AuditKernelCall: recorded like a native op, path "direct"); nothing unless audited."""
-    from torch_neuronx import _C
-    from torch_neuronx.audit import recorder
-
-    return contextlib.nullcontext() if recorder.ACTIVE is None else _C._AuditKernelCall(op, "", args)
-
-
 def scaled_mm(self, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False):
-    call = (self, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum)
-    with _recorded("aten::_scaled_mm", call):
-        require_fp8_compute("_scaled_mm")
-        args = [_host(t) for t in (self, mat2, scale_a, scale_b, bias, scale_result)]
-        return scaled_mm_reference(*args, out_dtype, use_fast_accum).to(self.device)
+    require_fp8_compute("_scaled_mm")
+    args = [_host(t) for t in (self, mat2, scale_a, scale_b, bias, scale_result)]
+    return scaled_mm_reference(*args, out_dtype, use_fast_accum).to(self.device)
 
 
 def scaled_mm_out(self, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None,
@@ -308,11 +297,9 @@ def scaled_mm_out(self, mat2, scale_a, scale_b, bias=None, scale_result=None, ou
 
 def scaled_grouped_mm(mat_a, mat_b, scale_a, scale_b, offs=None, bias=None, scale_result=None, out_dtype=None,
                       use_fast_accum=False):
-    call = (mat_a, mat_b, scale_a, scale_b, offs, bias, scale_result, out_dtype, use_fast_accum)
-    with _recorded("aten::_scaled_grouped_mm", call):
-        require_fp8_compute("_scaled_grouped_mm")
-        args = [_host(t) for t in (mat_a, mat_b, scale_a, scale_b, offs, bias, scale_result)]
-        return scaled_grouped_mm_reference(*args, out_dtype, use_fast_accum).to(mat_a.device)
+    require_fp8_compute("_scaled_grouped_mm")
+    args = [_host(t) for t in (mat_a, mat_b, scale_a, scale_b, offs, bias, scale_result)]
+    return scaled_grouped_mm_reference(*args, out_dtype, use_fast_accum).to(mat_a.device)
 
 
 # ------------------------------------------------------------------ the v2 API

@@ -365,13 +365,17 @@ PYBIND11_MODULE(_C, m) {
   // The audit's recorder (csrc/Recorder.h, torch_neuronx/audit/recorder.py).
   m.def("_audit_start", &startAudit, py::arg("on_signature"), py::arg("on_call"));
   m.def("_audit_stop", &tn::stopRecording);
-  m.def("_audit_signatures", [] {
+  m.def("_audit_signatures", [](bool at_mark) {
     std::vector<std::tuple<int64_t, int64_t, int64_t>> rows;
-    for (const auto& totals : tn::recordedSignatures()) {
+    for (const auto& totals : at_mark ? tn::signaturesAtMark() : tn::recordedSignatures()) {
       rows.emplace_back(totals.id, totals.calls, totals.host_ns);
     }
     return rows;
-  }, "(id, calls, host nanoseconds) of every signature recorded so far.");
+  }, py::arg("at_mark") = false,
+     "(id, calls, host nanoseconds) of every signature recorded so far, or at_mark=True: as they were "
+     "at the last _audit_mark_step().");
+  m.def("_audit_mark_step", &tn::markStepTotals,
+        "Keeps every signature's totals as they are now (the end of a step).");
   m.def("_audit_calls", &tn::recordedCalls);
   py::class_<PythonKernelCall>(m, "_AuditKernelCall",
                                "with _AuditKernelCall('aten::op', 'overload', args): the recorded call "

@@ -22,6 +22,10 @@ struct SignatureEntry {
   std::atomic<int64_t> calls{0};
   std::atomic<int64_t> host_ns{0};
   std::atomic<bool> watched{false};  // every call is reported (set after the first call)
+  // The totals when the audit last marked the end of a step: what the steps
+  // did, without the work after the last one (evaluation, saving).
+  int64_t calls_at_mark = 0;
+  int64_t host_ns_at_mark = 0;
 };
 
 namespace {
@@ -30,6 +34,8 @@ struct Table {
   std::mutex mutex;
   std::unordered_map<std::string, std::unique_ptr<SignatureEntry>> entries;
   std::vector<SignatureEntry*> by_id;
+  // Entries of earlier recordings: kept alive, a call that began then may still hold one.
+  std::vector<std::unique_ptr<SignatureEntry>> retired;
   std::atomic<int64_t> calls{0};
   std::function<bool(const SignatureInfo&)> on_signature;
   std::function<void(int64_t)> on_call;
@@ -286,6 +292,13 @@ void startRecording(std::function<bool(const SignatureInfo&)> onSignature,
   auto& t = table();
   {
     std::lock_guard<std::mutex> lock(t.mutex);
+    // Each recording starts empty: its Python side knows only the signatures it was told of.
+    for (auto& [key, entry] : t.entries) {
+      t.retired.push_back(std::move(entry));
+    }
+    t.entries.clear();
+    t.by_id.clear();
+    t.calls = 0;
     t.on_signature = std::move(onSignature);
     t.on_call = std::move(onCall);
   }
@@ -303,6 +316,26 @@ std::vector<SignatureTotals> recordedSignatures() {
   result.reserve(t.by_id.size());
   for (const auto* entry : t.by_id) {
     result.push_back({entry->id, entry->calls.load(), entry->host_ns.load()});
+  }
+  return result;
+}
+
+void markStepTotals() {
+  auto& t = table();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  for (auto* entry : t.by_id) {
+    entry->calls_at_mark = entry->calls.load();
+    entry->host_ns_at_mark = entry->host_ns.load();
+  }
+}
+
+std::vector<SignatureTotals> signaturesAtMark() {
+  auto& t = table();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  std::vector<SignatureTotals> result;
+  result.reserve(t.by_id.size());
+  for (const auto* entry : t.by_id) {
+    result.push_back({entry->id, entry->calls_at_mark, entry->host_ns_at_mark});
   }
   return result;
 }

@@ -65,7 +65,7 @@ struct SignatureInfo {
   int64_t allocated;    // bytes the call added to the device's allocated memory (net)
 };
 
-// Switches recording on with two callbacks: `onSignature` for each new
+// Switches recording on, with an empty table of signatures, and two callbacks: `onSignature` for each new
 // signature (returns true to have every later call of it reported) and
 // `onCall(id)` for each later call of a signature it asked for. Both run on the
 // calling thread; calls made from inside them are not recorded.
@@ -79,6 +79,11 @@ struct SignatureTotals {
   int64_t host_ns;
 };
 std::vector<SignatureTotals> recordedSignatures();
+// The end of a step: keeps every signature's totals as they are now (a copy of
+// two counters each, cheap enough for every step), read back by
+// signaturesAtMark(). Signatures first seen after the mark read 0.
+void markStepTotals();
+std::vector<SignatureTotals> signaturesAtMark();
 int64_t recordedCalls();
 
 // One recorded call. Constructed before the kernel runs (the arguments are

@@ -14,8 +14,14 @@ What is recorded, and how:
   names;
 - steps: each `step()` of the first optimizer seen (a global post-hook), or
   `torch_neuronx.audit.mark_step()` where there is no optimizer;
-- memory: the most bytes allocated per core within each step (the allocator's
-  window peak; the user's own peak statistics are not reset);
+- phases: work that is not a training step, kept apart from the steps' figures:
+  named phases (`torch_neuronx.audit.phase("evaluate")`, the HF Trainer's
+  evaluate/predict, generate after training: units.py) and the work after the
+  last step (an evaluation loop, saving). The C++ recorder keeps each
+  signature's totals at the last step's end (`_audit_mark_step`); a phase's
+  work is the difference of two snapshots, its entry and its exit;
+- memory: the most bytes allocated per core within each step and each phase
+  (the allocator's window peak; the user's own peak statistics are not reset);
 - torch.compile: Dynamo's graph breaks (reason and line), the compiler's
   counters and recompile reasons, each compiled graph's runs and XLA cost
   analysis, ops with no lowering.
@@ -26,6 +32,7 @@ Nothing here runs unless the audit asked for it: ACTIVE is None otherwise.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import linecache
 import os
@@ -40,7 +47,8 @@ import torch
 
 from torch_neuronx.ops.registry import FP8_COMPUTE
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2
+AFTER_LAST_STEP = "after_last_step"  # the phase of the work after the last step outside named phases
 
 # The recording of this process, or None (no audit): the compiler's hooks test it.
 ACTIVE: "Recording | None" = None
@@ -68,7 +76,16 @@ def _library_roots() -> tuple[str, ...]:
 
 
 _ROOTS: tuple[str, ...] = ()
+_FRAMEWORK_ROOTS: tuple[str, ...] = ()
 _IS_LIBRARY: dict[str, bool] = {}
+
+
+def _framework_roots() -> tuple[str, ...]:
+    import torch_neuronx
+
+    roots = {os.path.dirname(torch.__file__), os.path.dirname(torch_neuronx.__file__),
+             sysconfig.get_paths()["stdlib"]}
+    return tuple(os.path.join(os.path.realpath(r), "") for r in roots if r)
 
 
 def _is_library(filename: str) -> bool:
@@ -86,26 +103,53 @@ def _first_user_frame(frame):
     return frame
 
 
-def user_site() -> tuple[str, int, str, bool] | None:
+def _is_framework(filename: str) -> bool:
+    """torch, this package, the standard library: code under the library a user calls."""
+    return filename.startswith("<") or os.path.realpath(filename).startswith(_FRAMEWORK_ROOTS)
+
+
+def _library_frame(frame, user_frame):
+    """The innermost frame of a third-party library (transformers, accelerate) between
+    the call and the user's frame: where a library the user does not edit made it."""
+    while frame is not None and frame is not user_frame:
+        filename = frame.f_code.co_filename
+        if _is_library(filename) and not _is_framework(filename):
+            return (filename, frame.f_lineno, frame.f_code.co_name)
+        frame = frame.f_back
+    return None
+
+
+def user_site(with_library: bool = False) -> tuple | None:
     """(file, line, function, backward) of the first frame outside torch, the
     libraries and the standard library; for a call made by the autograd engine's
-    thread (a backward op), the line the main thread is at (loss.backward())."""
-    frame = _first_user_frame(sys._getframe(1))
+    thread (a backward op), the line the main thread is at (loss.backward()).
+    with_library: a fifth item, the innermost third-party library frame on the
+    way there (file, line, function), or None: the call was made inside that
+    library (the HF Trainer's own .item()), not on the user's line."""
+    start = sys._getframe(1)
+    frame = _first_user_frame(start)
     backward = False
     if frame is None and threading.get_ident() != threading.main_thread().ident:
-        frame = _first_user_frame(sys._current_frames().get(threading.main_thread().ident))
+        start = sys._current_frames().get(threading.main_thread().ident)
+        frame = _first_user_frame(start)
         backward = True
     if frame is None:
         return None
-    return (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, backward)
+    site = (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, backward)
+    return site + (_library_frame(start, frame),) if with_library else site
 
 
 def site_json(site) -> dict | None:
     if site is None:
         return None
-    filename, line, function, backward = site
-    return {"file": filename, "line": line, "function": function, "backward": backward,
-            "code": linecache.getline(filename, line).strip()}
+    filename, line, function, backward = site[:4]
+    described = {"file": filename, "line": line, "function": function, "backward": backward,
+                 "code": linecache.getline(filename, line).strip()}
+    if len(site) > 4 and site[4] is not None:
+        lib_file, lib_line, lib_function = site[4]
+        described["library"] = {"file": lib_file, "line": lib_line, "function": lib_function,
+                                "code": linecache.getline(lib_file, lib_line).strip()}
+    return described
 
 
 # ------------------------------------------------------------------- hazards
@@ -156,6 +200,21 @@ def hazards_of(op: str, path: str, args: list) -> list[str]:
 
 # ----------------------------------------------------------------- recording
 
+def _add(totals: dict, key, calls: int, host_ns: int) -> None:
+    row = totals.setdefault(key, [0, 0])
+    row[0] += calls
+    row[1] += host_ns
+
+
+def _split(by: Counter, steps: int) -> tuple[float, float, float, dict]:
+    """(step 1, all steps, after the last step, {phase: n}) of a count kept by
+    Recording._where(). With no step, the whole run outside phases is the one step."""
+    in_steps = sum(v for k, v in by.items() if isinstance(k, int) and k < max(steps, 1))
+    first = by.get(0, 0) if steps else in_steps
+    after = by.get(steps, 0) if steps else 0
+    return first, in_steps, after, {k: v for k, v in by.items() if isinstance(k, str)}
+
+
 class Recording:
     """What one process did while audited; `record()` is its JSON form."""
 
@@ -164,7 +223,7 @@ class Recording:
         self.started = time.time()
         self._t0 = time.perf_counter()
         self.signatures: dict[int, dict] = {}
-        self.watched: dict[int, dict] = {}  # id -> {"sites": Counter, "steps": Counter}
+        self.watched: dict[int, dict] = {}  # id -> calls by site, by step and by phase
         self.steps: list[dict] = []
         self.step_source: str | None = None
         self._optimizer: int | None = None
@@ -174,9 +233,16 @@ class Recording:
         self._breaks_seen = 0
         self.unlowered: Counter = Counter()
         self.collectives: Counter = Counter()  # (op, bytes, world size) -> calls
-        self._collective_steps: dict = defaultdict(Counter)
+        self._collective_steps: dict = defaultdict(Counter)  # key -> Counter by _where()
         self.units: dict = {}  # unit, source, units_per_step (steady state)
         self._units_in_step = 0
+        # Phases: work that is not a training step (see the module docstring).
+        self.phases: dict[str, dict] = {}  # name -> its occurrences, time, units, memory, signatures
+        self._phase: dict | None = None  # the open phase (nested ones belong to it)
+        self._phase_since_mark: dict = {}  # signature id -> [calls, host_ns] in phases since the last step
+        self._phase_before_mark: dict = {}  # ... in phases before the last step's end
+        self._phase_before_first: dict = {}  # ... in phases before the first step's end
+        self._held_peak: list[int] = []  # a step's memory peak before a phase inside it took the window
         self.exception: str | None = None
         self.interrupted = False
         self._hooks: list = []
@@ -184,10 +250,11 @@ class Recording:
 
     # -- switching on and off ------------------------------------------------------
     def start(self) -> None:
-        global ACTIVE, _ROOTS
+        global ACTIVE, _ROOTS, _FRAMEWORK_ROOTS
         from torch_neuronx import _C
 
         _ROOTS = _library_roots()
+        _FRAMEWORK_ROOTS = _framework_roots()
         ACTIVE = self
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -207,28 +274,41 @@ class Recording:
         self._hooks.clear()
         ACTIVE = None
 
+    @property
+    def in_phase(self) -> bool:
+        return self._phase is not None
+
+    def _where(self):
+        """Where work is going now: the open phase's name, or the index of the step in
+        progress (0 is step 1; len(self.steps) after the last step)."""
+        return self._phase["name"] if self._phase is not None else len(self.steps)
+
     # -- the C++ recorder's callbacks ------------------------------------------------
     def _on_signature(self, sig_id: int, op: str, path: str, args: list, allocated: int) -> bool:
-        site = user_site()
+        site = user_site(with_library=True)
         hazards = hazards_of(op, path, args)
         self.signatures[sig_id] = {
             "id": sig_id, "op": op, "path": path, "args": args, "allocated": allocated,
-            "first_step": len(self.steps), "site": site_json(site), "hazards": hazards,
+            "first_step": len(self.steps), "first_phase": self._phase["name"] if self._phase else None,
+            "site": site_json(site), "hazards": hazards,
         }
         if hazards:
-            self.watched[sig_id] = {"sites": Counter(), "steps": Counter(), "site_steps": defaultdict(set)}
+            self.watched[sig_id] = {"sites": Counter(), "steps": Counter(), "site_steps": defaultdict(set),
+                                    "phases": Counter(), "site_phases": defaultdict(set)}
             self._watched_call(sig_id, site)
         return bool(hazards)
 
     def _on_call(self, sig_id: int) -> None:
-        self._watched_call(sig_id, user_site())
+        if sig_id in self.watched:  # else a call that began before this recording did
+            self._watched_call(sig_id, user_site(with_library=True))
 
     def _watched_call(self, sig_id: int, site) -> None:
         watched = self.watched[sig_id]
-        step = len(self.steps)
+        where = self._where()
         watched["sites"][site] += 1
-        watched["steps"][step] += 1
-        watched["site_steps"][site].add(step)
+        kind = "phases" if isinstance(where, str) else "steps"
+        watched[kind][where] += 1
+        watched["site_" + kind][site].add(where)
 
     # -- steps ---------------------------------------------------------------------
     def _optimizer_step(self, optimizer, args, kwargs) -> None:
@@ -239,33 +319,96 @@ class Recording:
             self.mark_step("optimizer")
 
     def add_units(self, count: int, unit: str, source: str) -> None:
-        """Units of work done in the current step (units.py: tokens of the HF Trainer, generate)."""
+        """Units of work done in the current step (units.py: tokens of the HF Trainer, generate),
+        or in the open phase: its first unit is the phase's unit."""
+        if self._phase is not None:
+            phase = self.phases[self._phase["name"]]
+            if phase["unit"] in (None, unit):
+                phase.update(unit=unit, unit_source=source, units=phase["units"] + count)
+            return
         self._units_in_step += count
         self.units.setdefault("unit", unit)
         self.units.setdefault("source", source)
 
     def mark_step(self, source: str = "mark_step") -> None:
         """The end of a step. The first source that marks one (optimizer, generate,
-        torch_neuronx.audit.mark_step) is the only one that counts."""
+        torch_neuronx.audit.mark_step) is the only one that counts; a step marked
+        inside a phase (generate inside an evaluation) is not a training step."""
         from torch_neuronx import _C
 
+        if self._phase is not None:
+            return
         if self.step_source is None:
             self.step_source = source
         if source != self.step_source:
             return
         devices = range(torch.neuron.device_count())
         units, self._units_in_step = self._units_in_step, 0
+        held, self._held_peak = self._held_peak, []
         self.steps.append({
             "units": units,
             "end_s": round(time.perf_counter() - self._t0, 6),
             "calls": _C._audit_calls(),
-            "memory_peak": [_C._audit_take_window_peak(d) for d in devices],
+            "memory_peak": [max(_C._audit_take_window_peak(d), held[d] if held else 0) for d in devices],
             "memory_allocated": [_C._audit_allocated(d) for d in devices],
         })
+        _C._audit_mark_step()  # every signature's totals at this step's end
+        for sig_id, (calls, host_ns) in self._phase_since_mark.items():
+            _add(self._phase_before_mark, sig_id, calls, host_ns)
+        self._phase_since_mark = {}
         if len(self.steps) == 1:
             self._first_step_totals = _C._audit_signatures()
+            self._phase_before_first = {k: list(v) for k, v in self._phase_before_mark.items()}
         self._collect_graph_breaks()
         self._write_progress()
+
+    # -- phases: work that is not a training step ------------------------------------
+    @contextlib.contextmanager
+    def phase(self, name: str, label: str | None = None, source: str = "torch_neuronx.audit.phase"):
+        """The work inside is phase `name` (an evaluation, saving, export), never a step's."""
+        self.enter_phase(name, label, source)
+        try:
+            yield
+        finally:
+            self.exit_phase()
+
+    def enter_phase(self, name: str, label: str | None = None, source: str = "torch_neuronx.audit.phase") -> None:
+        from torch_neuronx import _C
+
+        if self._phase is not None:  # nested: the outer phase holds the work
+            self._phase["depth"] += 1
+            return
+        devices = range(torch.neuron.device_count())
+        entry = self.phases.setdefault(name, {
+            "name": name, "label": label or name, "source": source, "occurrences": 0, "after_steps": [],
+            "wall_s": 0.0, "units": 0, "unit": None, "unit_source": None,
+            "memory_peak": [0 for _ in devices], "signatures": {}})
+        entry["occurrences"] += 1
+        entry["after_steps"].append(len(self.steps))
+        # The step's peak so far, kept for it: the phase takes the allocator's window.
+        peaks = [_C._audit_take_window_peak(d) for d in devices]
+        self._held_peak = [max(p, self._held_peak[d] if self._held_peak else 0) for d, p in enumerate(peaks)]
+        self._phase = {"name": name, "depth": 1, "t0": time.perf_counter(),
+                       "before": {row[0]: row for row in _C._audit_signatures()}}
+
+    def exit_phase(self) -> None:
+        from torch_neuronx import _C
+
+        phase = self._phase
+        if phase is None:
+            return
+        phase["depth"] -= 1
+        if phase["depth"]:
+            return
+        self._phase = None
+        entry = self.phases[phase["name"]]
+        entry["wall_s"] += time.perf_counter() - phase["t0"]
+        for sig_id, calls, host_ns in _C._audit_signatures():
+            _, calls_before, host_before = phase["before"].get(sig_id, (sig_id, 0, 0))
+            if calls != calls_before:
+                _add(entry["signatures"], sig_id, calls - calls_before, host_ns - host_before)
+                _add(self._phase_since_mark, sig_id, calls - calls_before, host_ns - host_before)
+        entry["memory_peak"] = [max(p, _C._audit_take_window_peak(d)) for d, p in enumerate(entry["memory_peak"])]
 
     # -- torch.compile ---------------------------------------------------------------
     def _collect_graph_breaks(self) -> None:
@@ -286,16 +429,17 @@ class Recording:
         """One run of a compiled graph (compiler/executable.py)."""
         entry = self.graphs.get(key)
         if entry is None:
-            entry = self.graphs[key] = {"name": graph.name, "runs": 0, "host_s": 0.0,
+            entry = self.graphs[key] = {"name": graph.name, "runs_by": Counter(), "host_s_by": Counter(),
                                         "first_step": len(self.steps), **_cost_analysis(executable)}
-        entry["runs"] += 1
-        entry["host_s"] += seconds
+        where = self._where()
+        entry["runs_by"][where] += 1
+        entry["host_s_by"][where] += seconds
 
     def collective(self, op: str, nbytes: int, world_size: int) -> None:
         """One collective call (distributed/_kernels.py): its bytes per rank."""
         key = (op, nbytes, world_size)
         self.collectives[key] += 1
-        self._collective_steps[key][len(self.steps)] += 1
+        self._collective_steps[key][self._where()] += 1
 
     def note_unlowered(self, kind: str, missing) -> None:
         """Ops of a graph with no lowering (compiler/backend.py), run eagerly or raised."""
@@ -307,20 +451,23 @@ class Recording:
         from torch_neuronx import _C, config, neuron
         from torch_neuronx.compiler import metrics
 
+        while self._phase is not None:  # the program ended inside a phase (an exception)
+            self.exit_phase()
         self._collect_graph_breaks()
+        steps = len(self.steps)
         totals = {row[0]: row for row in _C._audit_signatures()}
+        at_mark = {row[0]: row for row in _C._audit_signatures(at_mark=True)}
         first = {row[0]: row for row in self._first_step_totals}
         signatures = []
         for sig_id, entry in sorted(self.signatures.items()):
             _, calls, host_ns = totals.get(sig_id, (sig_id, 0, 0))
             row = dict(entry, calls=calls, host_ns=host_ns,
-                       calls_first_step=first.get(sig_id, (0, 0, 0))[1] if first else calls,
-                       host_ns_first_step=first.get(sig_id, (0, 0, 0))[2] if first else host_ns)
+                       **self._signature_split(sig_id, calls, host_ns, first, at_mark, steps))
             watched = self.watched.get(sig_id)
             if watched:
-                row["sites"] = [dict(site_json(s) or {}, calls=n, step_indices=sorted(watched["site_steps"][s]))
-                                for s, n in watched["sites"].most_common()]
+                row["sites"] = [self._site_row(watched, site, n, steps) for site, n in watched["sites"].most_common()]
                 row["calls_by_step"] = {str(k): v for k, v in sorted(watched["steps"].items())}
+                row["calls_by_phase"] = dict(watched["phases"])
             signatures.append(row)
         devices = range(torch.neuron.device_count())
         profile = neuron._PROFILE
@@ -345,16 +492,84 @@ class Recording:
                 "allocated_at_exit": [torch.neuron.memory_allocated(d) for d in devices],
             },
             "compile": metrics.snapshot(),
-            "graphs": list(self.graphs.values()),
+            "graphs": [self._graph_row(g, steps) for g in self.graphs.values()],
             "graph_breaks": [{"reason": reason, "site": site_json(site), "count": n}
                              for (reason, site), n in self.graph_breaks.most_common()],
             "unlowered": [{"op": op, "source": source, "graph": kind, "count": n}
                           for (op, source, kind), n in self.unlowered.most_common()],
-            "collectives": [{"op": op, "bytes": nbytes, "world_size": size, "calls": n,
-                             "calls_first_step": self._collective_steps[(op, nbytes, size)].get(0, 0)}
-                            for (op, nbytes, size), n in self.collectives.most_common()],
+            "collectives": [self._collective_row(key, n, steps) for key, n in self.collectives.most_common()],
             "units": self._units_summary(),
+            "phases": self._phase_rows(steps),
         }
+
+    def _signature_split(self, sig_id: int, calls: int, host_ns: int, first: dict, at_mark: dict,
+                         steps: int) -> dict:
+        """A signature's calls and host time in step 1, in all the steps, after the last step (outside
+        named phases), and in each phase. Phases are taken out of the steps' figures."""
+        phases = {name: list(p["signatures"][sig_id]) for name, p in self.phases.items()
+                  if sig_id in p["signatures"]}
+        if not steps:  # no step marker: the whole run outside phases is the one step
+            calls -= sum(v[0] for v in phases.values())
+            host_ns -= sum(v[1] for v in phases.values())
+            return {"calls_first_step": calls, "host_ns_first_step": host_ns, "calls_steps": calls,
+                    "host_ns_steps": host_ns, "calls_after_last_step": 0, "host_ns_after_last_step": 0,
+                    "phases": phases}
+        _, first_calls, first_host = first.get(sig_id, (sig_id, 0, 0))
+        _, mark_calls, mark_host = at_mark.get(sig_id, (sig_id, 0, 0))
+        before_first = self._phase_before_first.get(sig_id, (0, 0))
+        before_mark = self._phase_before_mark.get(sig_id, (0, 0))
+        since_mark = self._phase_since_mark.get(sig_id, (0, 0))
+        return {"calls_first_step": first_calls - before_first[0], "host_ns_first_step": first_host - before_first[1],
+                "calls_steps": mark_calls - before_mark[0], "host_ns_steps": mark_host - before_mark[1],
+                "calls_after_last_step": calls - mark_calls - since_mark[0],
+                "host_ns_after_last_step": host_ns - mark_host - since_mark[1],
+                "phases": phases}
+
+    @staticmethod
+    def _site_row(watched: dict, site, calls: int, steps: int) -> dict:
+        in_steps = watched["site_steps"][site]
+        phases = set(watched["site_phases"][site])
+        if steps and steps in in_steps:
+            phases.add(AFTER_LAST_STEP)
+        return dict(site_json(site) or {}, calls=calls,
+                    step_indices=sorted(k for k in in_steps if k < max(steps, 1)), phases=sorted(phases))
+
+    @staticmethod
+    def _graph_row(graph: dict, steps: int) -> dict:
+        runs = _split(graph["runs_by"], steps)
+        host = _split(graph["host_s_by"], steps)
+        return {"name": graph["name"], "first_step": graph["first_step"], "flops": graph["flops"],
+                "bytes_accessed": graph["bytes_accessed"],
+                "runs": sum(graph["runs_by"].values()), "host_s": sum(graph["host_s_by"].values()),
+                "runs_first_step": runs[0], "runs_steps": runs[1], "runs_after_last_step": runs[2],
+                "runs_by_phase": runs[3], "host_s_first_step": host[0], "host_s_steps": host[1],
+                "host_s_after_last_step": host[2], "host_s_by_phase": host[3]}
+
+    def _collective_row(self, key: tuple, calls: int, steps: int) -> dict:
+        op, nbytes, size = key
+        first, in_steps, after, phases = _split(self._collective_steps[key], steps)
+        return {"op": op, "bytes": nbytes, "world_size": size, "calls": calls, "calls_first_step": first,
+                "calls_steps": in_steps, "calls_after_last_step": after, "calls_by_phase": phases}
+
+    def _phase_rows(self, steps: int) -> list[dict]:
+        """The named phases, then the work after the last step (outside them) as a phase of its
+        own; the signatures', graphs' and collectives' rows hold each phase's share of them."""
+        from torch_neuronx import _C
+
+        rows = [{k: v for k, v in p.items() if k != "signatures"} for p in self.phases.values()]
+        if steps:
+            last_end = self.steps[-1]["end_s"]
+            elapsed = time.perf_counter() - self._t0 - last_end
+            after_phases = sum(p["wall_s"] * sum(1 for s in p["after_steps"] if s == steps) / p["occurrences"]
+                               for p in self.phases.values())
+            devices = range(torch.neuron.device_count())
+            rows.append({"name": AFTER_LAST_STEP, "label": "after the training loop",
+                         "source": "the work after the last step, outside named phases", "occurrences": 1,
+                         "after_steps": [steps], "wall_s": max(0.0, elapsed - after_phases), "units": 0,
+                         "unit": None, "unit_source": None,
+                         "memory_peak": [max(_C._audit_take_window_peak(d), self._held_peak[d] if self._held_peak else 0)
+                                         for d in devices]})
+        return rows
 
     def _units_summary(self) -> dict:
         if "unit" not in self.units:

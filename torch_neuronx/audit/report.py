@@ -7,6 +7,12 @@ each torch_neuronx.audit.mark_step()). Step 1 includes everything before it
 are those of the steady state: the calls after step 1 divided by the later
 steps; with one step, step 1's; with no step marker, the whole run is one step.
 
+Phases. Work that is not a training step never enters the per-step figures:
+named phases (the HF Trainer's evaluate/predict, generate after training,
+torch_neuronx.audit.phase()) and the work after the last step ("after the
+training loop"). Each phase is reported apart, with its op table and its own
+estimate per occurrence (`phases`).
+
 Ranks. Each process records itself; figures "per step" are per process (one
 NeuronCore each), summed calls are over all processes, and `ranks` keeps each
 process's own numbers.
@@ -19,7 +25,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from torch_neuronx.audit.formatting import site_text
-from torch_neuronx.audit.recorder import is_tensor
+from torch_neuronx.audit.knobs import library_remedy
+from torch_neuronx.audit.recorder import AFTER_LAST_STEP, is_tensor
 
 REPORT_SCHEMA_VERSION = 1
 DEFAULT_TARGETS = ("trn2.3xlarge", "trn3.3xlarge")
@@ -81,6 +88,7 @@ def build(records: list[dict], options: Options, *, command: list[str], exit_cod
     eager = _eager_compilations(primary)
     estimates = _estimates(primary, targets)
     cost = _cost(estimates, options, primary, steps)
+    phases = _phases(primary, targets, options)
     exception = next((r["exception"] for r in records if r.get("exception")), None)
     report = {
         "schema_version": REPORT_SCHEMA_VERSION,
@@ -92,7 +100,7 @@ def build(records: list[dict], options: Options, *, command: list[str], exit_cod
         "wall_s": round(wall_s, 3),
         "emulated_instance": primary["instance"],
         "steps": {"count": steps, "source": primary.get("step_source") or "none",
-                  "note": _steps_note(primary)},
+                  "note": _steps_note(primary, phases)},
         "ranks": [_rank_summary(r) for r in records],
         "ops": ops,
         "fallbacks": _fallbacks(signatures, ops),
@@ -103,6 +111,7 @@ def build(records: list[dict], options: Options, *, command: list[str], exit_cod
         "collectives": _rounded(_collectives(primary)),
         "estimates": estimates,
         "cost": cost,
+        "phases": phases,
     }
     report["verdict"] = _verdict(report)
     return report
@@ -126,22 +135,35 @@ def _step_count(record: dict) -> int:
     return max(1, len(record["steps"]))
 
 
-def _steps_note(record: dict) -> str:
+def _steps_note(record: dict, phases: list[dict]) -> str:
     count = len(record["steps"])
     if count == 0:
-        return ("no step marker was seen (no optimizer.step(), no torch_neuronx.audit.mark_step()): "
+        note = ("no step marker was seen (no optimizer.step(), no torch_neuronx.audit.mark_step()): "
                 "the whole run counts as one step")
-    if count == 1:
-        return "one step: its figures include the warm-up (model creation, first compilations)"
-    return (f"{count} steps ({record['step_source']}); per-step figures are the average of steps "
-            f"2-{count} (step 1 includes the warm-up)")
+    elif count == 1:
+        note = "one step: its figures include the warm-up (model creation, first compilations)"
+    else:
+        note = (f"{count} steps ({record['step_source']}); per-step figures are the average of steps "
+                f"2-{count} (step 1 includes the warm-up)")
+    if phases:
+        held = ", ".join(f"{p['label']} ({p['occurrences']}x)" if p["occurrences"] > 1 else p["label"]
+                         for p in phases)
+        note += f"; work outside the steps is reported apart, not in per-step figures: {held}"
+    return note
 
 
 def per_step(calls: int, calls_first: int, steps_seen: int) -> float:
-    """Steady-state calls per step of one signature (see the module docstring)."""
+    """Steady-state calls per step of one signature (see the module docstring); `calls` are
+    those of the steps (phases and the work after the last step left out)."""
     if steps_seen >= 2:
         return (calls - calls_first) / (steps_seen - 1)
     return float(calls_first if steps_seen == 1 else calls)
+
+
+def _in_steps(row: dict, field: str) -> float:
+    """A record row's count over the steps (`calls_steps`); a record without phases has
+    only the total (`calls`)."""
+    return row.get(f"{field}_steps", row[field])
 
 
 def _signatures(records: list[dict]) -> list[dict]:
@@ -150,8 +172,8 @@ def _signatures(records: list[dict]) -> list[dict]:
     for record in records:
         seen = len(record["steps"])
         for sig in record["signatures"]:
-            calls_step = per_step(sig["calls"], sig["calls_first_step"], seen)
-            host_step = per_step(sig["host_ns"], sig["host_ns_first_step"], seen) / 1e9
+            calls_step = per_step(_in_steps(sig, "calls"), sig["calls_first_step"], seen)
+            host_step = per_step(_in_steps(sig, "host_ns"), sig["host_ns_first_step"], seen) / 1e9
             rows.append(dict(sig, rank=record["rank"], calls_per_step=calls_step, host_s_per_step=host_step))
     return rows
 
@@ -197,9 +219,13 @@ def _merge_sites(sigs: list[dict]) -> list[dict]:
         for site in sig.get("sites") or ([dict(sig["site"], calls=sig["calls"])] if sig.get("site") else []):
             if not site.get("file"):
                 continue
-            key = (site["file"], site["line"], site.get("backward", False))
-            entry = merged.setdefault(key, {k: v for k, v in site.items() if k != "step_indices"} | {"calls": 0})
+            library = site.get("library") or {}
+            # One user line calling into a library may reach several reads inside it: one site each.
+            key = (site["file"], site["line"], site.get("backward", False), library.get("file"), library.get("line"))
+            entry = merged.setdefault(key, {k: v for k, v in site.items() if k not in ("step_indices", "phases")}
+                                      | {"calls": 0, "phases": []})
             entry["calls"] += site["calls"]
+            entry["phases"] = sorted(set(entry["phases"]) | set(site.get("phases", ())))
             steps[key].update(site.get("step_indices", ()))
     for key, entry in merged.items():
         entry["steps"] = len(steps[key])
@@ -230,7 +256,8 @@ def _fallbacks(signatures: list[dict], ops: list[dict]) -> list[dict]:
 
 def _eager_compilations(record: dict) -> dict:
     """Distinct kernel signatures: each is compiled on first use on the device."""
-    kernels = [s for s in record["signatures"] if s["path"] != "fallback" and s["op"] not in NO_KERNEL_OPS]
+    every = [s for s in record["signatures"] if s["path"] != "fallback" and s["op"] not in NO_KERNEL_OPS]
+    kernels = [s for s in every if not s.get("first_phase")]  # a phase's new kernels are its own
     steps = len(record["steps"])
     new_by_step = [0] * (steps + 1)  # index k: first seen in step k+1; the last: after the last step
     for sig in kernels:
@@ -249,8 +276,13 @@ def _eager_compilations(record: dict) -> dict:
                 "steps_with_new": len({s["first_step"] for s in sigs}),
                 "example_shapes": [_shapes(s["args"]) for s in sigs[:3]],
             })
+    in_phases = defaultdict(int)
+    for sig in every:
+        if sig.get("first_phase"):
+            in_phases[sig["first_phase"]] += 1
     return {
-        "total_signatures": len(kernels),
+        "total_signatures": len(every),
+        "in_phases": dict(in_phases),
         "first_step": new_by_step[0],
         "new_per_step": new_by_step[1:steps] if steps > 1 else [],
         "after_last_step": new_by_step[steps] if steps >= 1 else 0,
@@ -347,11 +379,12 @@ def _hazards(signatures: list[dict], records: list[dict], targets: list[str], co
                      "calls": sum(s["calls"] for s in sigs),
                      "calls_per_step": sum(s["calls_per_step"] for s in sigs),
                      "in_step_loop": any(site["in_step_loop"] for site in sites),
+                     "phases": sorted({name for site in sites for name in site.get("phases", ())}),
                      "sites": sites})
     for reason in compiled["recompile_reasons"]:
         if any(word in reason for word in ("size", "shape", "stride")):
             rows.append({"kind": "dynamic_shape", "op": "torch.compile", "detail": reason, "calls": 1,
-                         "calls_per_step": 0.0, "in_step_loop": True, "sites": []})
+                         "calls_per_step": 0.0, "in_step_loop": True, "phases": [], "sites": []})
     return _rounded(sorted(rows, key=lambda r: (r["kind"], -r["calls"])))
 
 
@@ -363,20 +396,21 @@ def _estimates(record: dict, targets: list) -> list[dict]:
     seen = len(record["steps"])
     signatures = []
     for sig in record["signatures"]:
-        calls = per_step(sig["calls"], sig["calls_first_step"], seen)
+        calls = per_step(_in_steps(sig, "calls"), sig["calls_first_step"], seen)
         if calls <= 0:
             continue
-        host = per_step(sig["host_ns"], sig["host_ns_first_step"], seen)
+        host = per_step(_in_steps(sig, "host_ns"), sig["host_ns_first_step"], seen)
         signatures.append({"op": sig["op"], "path": sig["path"], "args": sig["args"],
                            "calls_per_step": calls, "host_ns_per_call": host / calls})
-    steps = max(1, seen)
-    collectives = _collectives(record)
-    graphs = [{"name": g["name"], "runs_per_step": g["runs"] / steps, "flops": g["flops"],
-               "bytes_accessed": g["bytes_accessed"], "host_ns_per_run": g["host_s"] * 1e9 / max(1, g["runs"])}
-              for g in record["graphs"]]
+    graphs = []
+    for g in record["graphs"]:
+        runs = per_step(_in_steps(g, "runs"), g.get("runs_first_step", g["runs"] / max(1, seen)), seen)
+        graphs.append({"name": g["name"], "runs_per_step": runs, "flops": g["flops"],
+                       "bytes_accessed": g["bytes_accessed"],
+                       "host_ns_per_run": g["host_s"] * 1e9 / max(1, g["runs"])})
     # Every recorded signature is an eager call (compiled graphs run as XLA executables,
     # recorded as graphs): each one is a launch, whether the script also compiles or not.
-    return [estimate.estimate_step(signatures, graphs, collectives, profile, mode="eager")
+    return [estimate.estimate_step(signatures, graphs, _collectives(record), profile, mode="eager")
             for profile in targets]
 
 
@@ -385,7 +419,7 @@ def _collectives(record: dict) -> list[dict]:
     seen = len(record["steps"])
     rows = []
     for c in record.get("collectives", []):
-        calls = per_step(c["calls"], c["calls_first_step"], seen)
+        calls = per_step(_in_steps(c, "calls"), c["calls_first_step"], seen)
         rows.append({"op": c["op"], "bytes": c["bytes"], "world_size": c["world_size"],
                      "calls_per_step": calls, "calls": c["calls"]})
     return rows
@@ -405,6 +439,79 @@ def _cost(estimates: list[dict], options: Options, record: dict, steps: int) -> 
     table.update(options.prices)  # --price wins
     rows = prices.cost_table(estimates, table, units, unit, options.baseline)
     return {"unit": unit, "units_per_step": units, "units_source": source, "rows": _rounded(rows)}
+
+
+# ------------------------------------------------------------------- phases
+
+def _phase_share(row: dict, field: str, name: str) -> float:
+    """A signature's, graph's or collective's count in one phase (`field`: calls, host_ns, runs, host_s)."""
+    if name == AFTER_LAST_STEP:
+        return row.get(f"{field}_after_last_step", 0)
+    by_phase = row.get("phases") if field in ("calls", "host_ns") and "phases" in row else \
+        row.get(f"{field}_by_phase", {})
+    value = by_phase.get(name, 0)
+    if isinstance(value, list):  # a signature's [calls, host_ns]
+        return value[0 if field == "calls" else 1]
+    return value
+
+
+def _phases(record: dict, targets: list, options: Options) -> list[dict]:
+    """Each phase of the primary process that did device work: where it ran, its ops, new
+    kernels, memory, and its estimate and cost per occurrence (an evaluate call, the work
+    after the training loop), never mixed into the steps' figures."""
+    from torch_neuronx.audit import estimate, prices
+
+    steps = len(record["steps"])
+    rows = []
+    for phase in record.get("phases", []):
+        name, count = phase["name"], max(1, phase["occurrences"])
+        sigs = []
+        for sig in record["signatures"]:
+            calls, host_ns = _phase_share(sig, "calls", name), _phase_share(sig, "host_ns", name)
+            if calls > 0:
+                sigs.append(dict(sig, calls=calls, host_ns=host_ns, calls_per_step=calls / count,
+                                 host_s_per_step=host_ns / count / 1e9, host_ns_per_call=host_ns / calls))
+        graphs = [{"name": g["name"], "runs_per_step": _phase_share(g, "runs", name) / count, "flops": g["flops"],
+                   "bytes_accessed": g["bytes_accessed"],
+                   "host_ns_per_run": g["host_s"] * 1e9 / max(1, g["runs"])}
+                  for g in record["graphs"] if _phase_share(g, "runs", name) > 0]
+        collectives = [{"op": c["op"], "bytes": c["bytes"], "world_size": c["world_size"],
+                        "calls_per_step": _phase_share(c, "calls", name) / count}
+                       for c in record.get("collectives", []) if _phase_share(c, "calls", name) > 0]
+        if not (sigs or graphs or collectives):
+            continue
+        estimates = [estimate.estimate_step(sigs, graphs, collectives, profile, mode="eager") for profile in targets]
+        units = phase["units"] / count if phase.get("unit") and phase["units"] else None
+        table = dict(prices.DEFAULT_PRICES) | options.prices
+        after = phase["after_steps"]
+        new_kernels = sum(1 for s in record["signatures"] if s["path"] != "fallback" and s["op"] not in NO_KERNEL_OPS
+                          and (s.get("first_phase") == name if name != AFTER_LAST_STEP
+                               else (not s.get("first_phase") and s["first_step"] >= steps)))
+        rows.append(_rounded({
+            "name": name, "label": phase["label"], "source": phase["source"],
+            "occurrences": phase["occurrences"],
+            "before_first_step": sum(1 for k in after if k == 0 and steps),
+            "between_steps": sum(1 for k in after if 0 < k < steps),
+            "after_last_step": sum(1 for k in after if k >= steps),
+            "wall_s": phase["wall_s"], "calls": int(sum(s["calls"] for s in sigs)),
+            "host_s": sum(s["host_ns"] for s in sigs) / 1e9,
+            "graph_runs": int(sum(g["runs_per_step"] for g in graphs) * count),
+            "new_kernels": new_kernels,
+            "peak_bytes": max(phase.get("memory_peak") or [0]),
+            "ops": [_per_occurrence(row) for row in _ops(sigs)[:10]],
+            "fallbacks": sorted({s["op"] for s in sigs if s["path"] == "fallback"}),
+            "unit": phase.get("unit") if units else None, "units_per_occurrence": units,
+            "estimates": estimates,
+            "cost": prices.cost_table(estimates, table, units, phase["unit"]) if units else [],
+        }))
+    return rows
+
+
+def _per_occurrence(op_row: dict) -> dict:
+    """An op-table row of a phase: its per-step fields are per occurrence there."""
+    return {("calls_per_occurrence" if k == "calls_per_step" else
+             "host_s_per_occurrence" if k == "host_s_per_step" else
+             "share_of_phase" if k == "share_of_step" else k): v for k, v in op_row.items()}
 
 
 # ------------------------------------------------------------------- verdict
@@ -438,7 +545,11 @@ def _actions(report: dict) -> list[dict]:
             in_loop = [site for site in row["sites"] if site["in_step_loop"]]
             if not in_loop:
                 continue
-            site = in_loop[0]
+            actions += _library_sync_actions(row, in_loop)
+            mine = [site for site in in_loop if not site.get("library")]
+            if not mine:
+                continue
+            site = mine[0]
         else:
             site = row["sites"][0] if row["sites"] else None
         remedy = {
@@ -466,6 +577,20 @@ def _actions(report: dict) -> list[dict]:
                                           f"; the instance has only {row['cores_available']}"))})
     # Costed actions first, most expensive first; then the others in the order above.
     return sorted(actions, key=lambda a: -(a["cost_per_step_s"] or 0.0))
+
+
+def _library_sync_actions(row: dict, sites: list[dict]) -> list[dict]:
+    """One action per place inside a library (the HF Trainer) that reads device values every
+    step: its remedy is the library's option that controls it, not an edit of its code."""
+    actions, seen = [], set()
+    for site in sites:
+        library = site.get("library")
+        if not library or (library["file"], library["function"]) in seen:
+            continue
+        seen.add((library["file"], library["function"]))
+        actions.append({"kind": "host_sync", "what": row["op"], "where": site_text(site), "cost_per_step_s": None,
+                        "remedy": f"{row['detail']}: {library_remedy(library)}"})
+    return actions
 
 
 def _verdict(report: dict) -> dict:

@@ -29,7 +29,8 @@ def _array(items: dict) -> dict:
 
 SITE = {"anyOf": [{"type": "null"}, _object(
     {"file": _STR, "line": _INT, "function": _STR, "backward": _BOOL, "code": _STR},
-    {"calls": _INT, "steps": _INT, "in_step_loop": _BOOL})]}
+    {"calls": _INT, "steps": _INT, "in_step_loop": _BOOL, "phases": _array(_STR),
+     "library": _object({"file": _STR, "line": _INT, "function": _STR, "code": _STR})})]}
 
 ACTION = _object({"rank": _INT, "kind": {"enum": ["fallback", "shape_churn", "host_sync", "float64",
                                                   "data_dependent_shape", "fp8", "dynamic_shape",
@@ -62,7 +63,7 @@ SCHEMA = {
                                      "sites": _array(SITE)})),
         "eager_compilations": _object({
             "total_signatures": _INT, "first_step": _INT, "new_per_step": _array(_INT),
-            "after_last_step": _INT,
+            "after_last_step": _INT, "in_phases": {"type": "object", "additionalProperties": _INT},
             "churn": _array(_object({"op": _STR, "site": SITE, "new_signatures": _INT,
                                      "steps_with_new": _INT, "example_shapes": _array(_array(_array(_INT)))}))}),
         "torch_compile": _object({
@@ -79,7 +80,8 @@ SCHEMA = {
             "largest_allocations": _array(_object({"op": _STR, "bytes": _INT,
                                                    "shapes": _array(_array(_INT)), "site": SITE}))}),
         "hazards": _array(_object({"kind": _STR, "op": _STR, "detail": _STR, "calls": _INT,
-                                   "calls_per_step": _NUM, "in_step_loop": _BOOL, "sites": _array(SITE)})),
+                                   "calls_per_step": _NUM, "in_step_loop": _BOOL, "sites": _array(SITE)},
+                                  {"phases": _array(_STR)})),
         "collectives": _array(_object({"op": _STR, "bytes": _INT, "world_size": _INT,
                                        "calls_per_step": _NUM, "calls": _INT})),
         "estimates": {**_array(_object({
@@ -94,6 +96,18 @@ SCHEMA = {
                                     "usd_per_million_units": _NUM_OR_RANGE,
                                     "work_per_dollar_vs_baseline": _NUM_OR_RANGE,
                                     "price_source": _NULLABLE_STR}))}),
+        "phases": _array(_object({
+            "name": _STR, "label": _STR, "source": _STR, "occurrences": _INT, "before_first_step": _INT,
+            "between_steps": _INT, "after_last_step": _INT, "wall_s": _NUM, "calls": _INT, "host_s": _NUM,
+            "graph_runs": _INT, "new_kernels": _INT, "peak_bytes": _INT,
+            "ops": _array(_object({"op": _STR, "path": _STR, "calls": _INT, "calls_per_occurrence": _NUM,
+                                   "host_s": _NUM, "host_s_per_occurrence": _NUM, "signatures": _INT,
+                                   "share_of_phase": _NUM})),
+            "fallbacks": _array(_STR), "unit": _NULLABLE_STR,
+            "units_per_occurrence": {"type": ["number", "null"]},
+            "estimates": _array(_object({"instance": _STR, "low_s": _NUM, "high_s": _NUM,
+                                         "label": {"const": "estimate"}})),
+            "cost": _array(_object({"name": _STR, "seconds_per_unit": _NUM_OR_RANGE}))})),
         "verdict": _object({"status": {"enum": ["ready", "ready_after_fixes", "blocked"]},
                             "reasons": _array(_STR), "actions": _array(ACTION)}),
     }),

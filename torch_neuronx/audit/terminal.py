@@ -3,7 +3,7 @@ each section in a few lines (the JSON report has everything)."""
 
 from __future__ import annotations
 
-from torch_neuronx.audit.formatting import duration, site_text, size
+from torch_neuronx.audit.formatting import duration, relative, site_text, size
 
 TOP = 8  # rows per table
 
@@ -11,7 +11,7 @@ TOP = 8  # rows per table
 def render(report: dict) -> str:
     lines: list[str] = []
     for section in (_header, _verdict, _ops, _fallbacks, _compilations, _compile, _memory, _hazards,
-                    _collectives, _estimates, _cost):
+                    _collectives, _estimates, _cost, _phases):
         block = section(report)
         if block:
             lines.extend(block)
@@ -77,6 +77,10 @@ def _site_lines(sites: list[dict]) -> list[str]:
     for site in sites[:3]:
         count = f"{site['calls']} calls" + (f" in {site['steps']} steps" if site.get("steps") else "")
         lines.append(f"    {site_text(site)}  {site.get('code', '')}  ({count})")
+        if site.get("library"):
+            library = site["library"]
+            lines.append(f"      inside {library['function']}() at {relative(library['file'])}:{library['line']}  "
+                         f"{library.get('code', '')}")
     return lines
 
 
@@ -84,6 +88,9 @@ def _compilations(r: dict) -> list[str]:
     e = r["eager_compilations"]
     lines = [f"Eager kernels (each distinct op signature compiles on first use): {e['first_step']} in step 1, "
              f"{e['total_signatures']} in all; new ones in later steps: {e['new_per_step'] or 'none'}"]
+    if e.get("in_phases"):
+        lines[0] += "; first compiled outside the steps: " + ", ".join(
+            f"{n} in {name}" for name, n in e["in_phases"].items())
     for churn in e["churn"][:TOP]:
         lines.append(f"  shape churn: {churn['op']} at {site_text(churn['site'])}: {churn['new_signatures']} new "
                      f"signatures in {churn['steps_with_new']} steps, shapes {churn['example_shapes']}")
@@ -125,6 +132,9 @@ def _hazards(r: dict) -> list[str]:
     lines = ["Hazards:"]
     for h in r["hazards"]:
         loop = ", in the step loop" if h["in_step_loop"] else ""
+        if h.get("phases"):
+            loop += f" (also outside the steps: {', '.join(h['phases'])})" if h["calls_per_step"] else \
+                f" (outside the steps only: {', '.join(h['phases'])})"
         lines.append(f"  [{h['kind']}] {h['op']}: {h['calls_per_step']:.3g}/step{loop}: {h['detail']}")
         lines += _site_lines(h["sites"])
     return lines
@@ -182,3 +192,32 @@ def _cost_row(row: dict, unit: str) -> str:
     if ratio is not None:
         text += f"; work per dollar vs baseline: {span(ratio, lambda v: f'{v:.2f}x')}"
     return text
+
+
+def _phases(r: dict) -> list[str]:
+    """Work outside the training steps: each phase with its own figures and estimate."""
+    if not r.get("phases"):
+        return []
+    lines = ["Outside the training steps (reported apart, not in any per-step figure above):"]
+    for p in r["phases"]:
+        where = ", ".join(f"{n} {label}" for label, n in (("before the first step", p["before_first_step"]),
+                                                          ("between steps", p["between_steps"]),
+                                                          ("after the last step", p["after_last_step"])) if n)
+        times = f"{p['occurrences']} time(s), {where}" if p["name"] != "after_last_step" else "once"
+        lines.append(f"  {p['label']} [{p['name']}]: {times}; {p['calls']} device calls, "
+                     f"{p['graph_runs']} compiled-graph run(s), {p['new_kernels']} new kernel(s), "
+                     f"host time {_ms(p['host_s'])}, wall {_ms(p['wall_s'])}, peak {size(p['peak_bytes'])}")
+        ops = ", ".join(f"{o['op']} x{o['calls_per_occurrence']:.4g}" for o in p["ops"][:4])
+        if ops:
+            lines.append(f"    ops per occurrence: {ops}")
+        if p["fallbacks"]:
+            lines.append(f"    CPU fallbacks: {', '.join(p['fallbacks'])}")
+        for e in p["estimates"]:
+            unit = ""
+            row = next((c for c in p["cost"] if c["name"] == e["instance"]), None)
+            if row and row.get("seconds_per_unit"):
+                low, high = row["seconds_per_unit"]
+                unit = f" ({_ms(low)} .. {_ms(high)} per {p['unit'][:-1] if p['unit'].endswith('s') else p['unit']})"
+            lines.append(f"    {e['instance']}: {_ms(e['low_s'])} .. {_ms(e['high_s'])} per occurrence "
+                         f"(ESTIMATE){unit}")
+    return lines

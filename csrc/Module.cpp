@@ -374,6 +374,9 @@ PYBIND11_MODULE(_C, m) {
   }, py::arg("at_mark") = false,
      "(id, calls, host nanoseconds) of every signature recorded so far, or at_mark=True: as they were "
      "at the last _audit_mark_step().");
+  m.def("_audit_ignore_calls", &tn::setIgnoringCalls, py::arg("ignoring"),
+        "While True, this thread's device calls are not recorded (the audit's own work); returns the "
+        "previous value.");
   m.def("_audit_mark_step", &tn::markStepTotals,
         "Keeps every signature's totals as they are now (the end of a step).");
   m.def("_audit_calls", &tn::recordedCalls);

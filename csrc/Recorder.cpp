@@ -320,6 +320,12 @@ std::vector<SignatureTotals> recordedSignatures() {
   return result;
 }
 
+bool setIgnoringCalls(bool ignoring) {
+  const bool before = t_in_callback;
+  t_in_callback = ignoring;
+  return before;
+}
+
 void markStepTotals() {
   auto& t = table();
   std::lock_guard<std::mutex> lock(t.mutex);

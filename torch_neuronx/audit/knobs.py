@@ -37,9 +37,20 @@ KNOBS: dict[tuple[str, str], str] = {
         "the model checks on the host, at every forward, whether a batch packs several sequences, "
         "because the batch has position_ids and no attention_mask: give the batches an attention_mask "
         "(the tokenizer's or the data collator's), or compile the model (torch.compile skips the check)"),
+    # masking_utils: with an attention mask, every forward asks on the host whether it is all
+    # ones (no padding), to skip building the mask.
+    ("transformers", "_ignore_causal_mask_sdpa"): (
+        "the model checks on the host, at every forward, whether the attention mask has any padding "
+        "(to skip building the mask): compile the model (torch.compile skips the check)"),
     ("transformers", "evaluate"): _EVALUATION,
     ("transformers", "evaluation_loop"): _EVALUATION,
     ("transformers", "prediction_step"): _EVALUATION,
+    # SFTTrainer.compute_loss: `(entropy_sum / num_valid).item()` and the token accuracy, each
+    # micro-batch; trl 1.16 has no switch for them.
+    ("trl", "compute_loss"): (
+        "TRL's SFTTrainer reads its entropy and token-accuracy metrics on the host at every micro-batch, "
+        "and trl 1.16 has no option that turns them off: count on these round trips, or override "
+        "compute_loss in a subclass to drop the metrics"),
 }
 
 

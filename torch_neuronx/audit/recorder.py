@@ -200,6 +200,19 @@ def hazards_of(op: str, path: str, args: list) -> list[str]:
 
 # ----------------------------------------------------------------- recording
 
+@contextlib.contextmanager
+def unrecorded():
+    """The audit's own device work (reading a batch's token count) is not the program's:
+    the calls made inside are not recorded."""
+    from torch_neuronx import _C
+
+    before = _C._audit_ignore_calls(True)
+    try:
+        yield
+    finally:
+        _C._audit_ignore_calls(before)
+
+
 def _add(totals: dict, key, calls: int, host_ns: int) -> None:
     row = totals.setdefault(key, [0, 0])
     row[0] += calls

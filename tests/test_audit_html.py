@@ -107,6 +107,18 @@ def test_sections_and_plots_present(audited):
     assert "pass --price" in page  # the example's targets have no price
 
 
+def test_work_outside_the_steps_has_its_section(audited):
+    """The example reads one value after its last optimizer step: the "after the training
+    loop" phase, with its own estimate per occurrence on each target."""
+    report, path = audited
+    page = path.read_text(encoding="utf-8")
+    after = next(p for p in report["phases"] if p["name"] == "after_last_step")
+    section = page.split('<section id="phases">', 1)[1].split("</section>", 1)[0]
+    assert "after the training loop" in section and "aten::_local_scalar_dense" in section
+    assert all(f"{e['instance']} per occurrence" in section for e in after["estimates"])
+    assert '<section id="phases">' not in html.render({"command": ["x.py"], "phases": []})
+
+
 def test_crashed_report_renders_without_empty_plots(audited):
     report = _crashed(audited[0])
     page = html.render(report)

@@ -97,10 +97,10 @@ def test_every_flag_goes_through_the_one_parser():
 def test_unset_or_empty_means_the_default(monkeypatch):
     for name, variable in config.VARIABLES.items():
         monkeypatch.delenv(name, raising=False)
-        assert variable.get() == variable.default, name
+        assert variable() == variable.default_value(), name
         if not variable.external:
             monkeypatch.setenv(name, "  ")
-            assert variable.get() == variable.default, name
+            assert variable() == variable.default_value(), name
 
 
 def test_accessors_read_the_environment_at_each_call(monkeypatch):

@@ -1,13 +1,14 @@
 """Every environment variable torch_neuronx reads, declared once.
 
 Each variable is a :class:`Variable`: its name, its default, the parser that
-turns its text into a value, when it is read, and a one-line meaning
-(docs/env-vars.md says the same, longer; tests/test_config.py checks that the
-two list the same variables and that no other module reads ``os.environ``).
-The rest of the package calls the typed accessors below (``config.instance()``,
-``config.neff_cache_dir()``, ...), never ``os.environ``.
+turns its text into a value (and checks it), when it is read, and a one-line
+meaning (docs/env-vars.md says the same, longer; tests/test_config.py checks that
+the two list the same variables and that no other module reads ``os.environ``).
+The declaration is the accessor: the rest of the package calls it
+(``config.instance()``, ``config.neff_cache_dir()``, ...), never ``os.environ``,
+and reads its ``name`` and ``default`` from it.
 
-Nothing is cached: an accessor reads the environment each time it is called.
+Nothing is cached: a variable reads the environment each time it is called.
 What is read once per process (the instance profile, the fallback and fp64
 policies, the integrations switch, ...) is read once because its caller runs
 once, when torch_neuronx is imported; what is read per compile or per kernel
@@ -109,6 +110,16 @@ def parse_core_count(name: str, raw: str) -> int:
     return int(value)
 
 
+DEVICE_PROFILE_VALUES = ("0", "1", "model", "session")  # AWS's NEURON_RT_INSPECT_DEVICE_PROFILE
+
+
+def parse_device_profile(name: str, raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in DEVICE_PROFILE_VALUES:
+        raise ValueError(f"{name}={value!r}: expected 0, 1, model or session")
+    return value
+
+
 def _pytorch_flag(name: str, raw: str) -> bool:
     return raw == "1"
 
@@ -142,24 +153,29 @@ PER_CALL = "per call"  # read each time it is needed (compile, cache write, laun
 
 @dataclass(frozen=True)
 class Variable:
+    """A declared variable; calling it reads the environment and returns the
+    parsed value (``config.neff_cache_dir()``), so the declaration is the accessor."""
+
     name: str
+    # The value when unset or empty; a function of nothing when it depends on
+    # another variable, called at each read (neff_cache_dir's follows XDG_CACHE_HOME).
     default: Any
-    parse: Callable[[str, str], Any]  # (name, raw text) -> value
-    when: str  # IMPORT or PER_CALL (see `read_at` for details)
+    parse: Callable[[str, str], Any]  # (name, raw text) -> value; raises ValueError naming the variable
+    when: str  # IMPORT or PER_CALL
     meaning: str
-    read_at: str = ""
     external: bool = False  # defined by another tool; read as that tool defines it
 
     def raw(self) -> str | None:
         """The variable's text, or None when unset."""
         return os.environ.get(self.name)
 
-    def get(self) -> Any:
+    def default_value(self) -> Any:
+        return self.default() if callable(self.default) else self.default
+
+    def __call__(self) -> Any:
         raw = os.environ.get(self.name)
-        if raw is None:
-            return self.default
-        if not self.external and not raw.strip():
-            return self.default
+        if raw is None or (not self.external and not raw.strip()):
+            return self.default_value()
         return self.parse(self.name, raw)
 
 
@@ -177,232 +193,139 @@ def _declare(*args, **kwargs) -> Variable:
 DEFAULT_INSTANCE = "trn2.3xlarge"
 
 # Device and runtime (read at import).
-INSTANCE = _declare(
+instance = _declare(
     "TORCH_NEURONX_INSTANCE", DEFAULT_INSTANCE, _text, IMPORT,
-    "Instance profile of the emulated runtime: number of NeuronCores and HBM per core.",
-    read_at="neuron/__init__.py (profiles.active_profile), once")
-VISIBLE_CORES = _declare(
+    "Instance profile of the emulated runtime: number of NeuronCores and HBM per core.")
+visible_cores = _declare(
     "NEURON_RT_VISIBLE_CORES", None, _text, IMPORT,
-    "Cores of the profile this process uses ('2', '0-1', '0,2-3'); None: all of them.",
-    read_at="neuron/__init__.py (profiles.visible_cores), once; the distributed error message")
-NUM_CORES = _declare(
+    "Cores of the profile this process uses ('2', '0-1', '0,2-3'); None: all of them.")
+num_cores = _declare(
     "NEURON_RT_NUM_CORES", None, parse_core_count, IMPORT,
     "How many cores of the profile this process uses (the first ones); 0 or None: all of them. "
-    "NEURON_RT_VISIBLE_CORES takes precedence.",
-    read_at="neuron/__init__.py (profiles.visible_cores), once; the distributed error message")
-LOGICAL_NC_CONFIG = _declare(
+    "NEURON_RT_VISIBLE_CORES takes precedence.")
+logical_nc_config = _declare(
     "NEURON_LOGICAL_NC_CONFIG", None, parse_lnc, IMPORT,
     "Physical NeuronCores per logical core (1 or 2); None: the platform's default (checked by "
-    "neuron.profiles).",
-    read_at="neuron/__init__.py (profiles.active_profile), once")
-FALLBACK = _declare(
+    "neuron.profiles).")
+fallback_mode = _declare(
     "TORCH_NEURONX_FALLBACK", "warn", _verbatim, IMPORT,
-    "What an op outside the native op set does: warn, silent or error (checked by ops.set_fallback_mode).",
-    read_at="ops.apply_env_policies")
-FP64 = _declare(
+    "What an op outside the native op set does: warn, silent or error (checked by ops.set_fallback_mode).")
+fp64_mode = _declare(
     "TORCH_NEURONX_FP64", "emulate", _lower, IMPORT,
-    "float64 arithmetic: emulate (in float32, as on Trainium) or native (checked by ops).",
-    read_at="ops.apply_env_policies")
-LAUNCH_BLOCKING = _declare(
+    "float64 arithmetic: emulate (in float32, as on Trainium) or native (checked by ops).")
+launch_blocking = _declare(
     "NEURON_LAUNCH_BLOCKING", False, parse_flag, IMPORT,
-    "Synchronous launches on Trainium; validated only (the emulator is always synchronous).",
-    read_at="ops.apply_env_policies")
-LOG_LEVEL = _declare(
+    "Synchronous launches on Trainium; validated only (the emulator is always synchronous).")
+log_level = _declare(
     "TORCH_NEURONX_LOG_LEVEL", None, _upper, IMPORT,
     "Level of the torch_neuronx logger: a name (DEBUG..CRITICAL) or AWS's 0-3 "
-    "(0 ERROR, 1 WARNING, 2 INFO, 3 DEBUG); None: logging left alone (checked by log.configure).",
-    read_at="log.configure")
-LOG_FILE = _declare(
+    "(0 ERROR, 1 WARNING, 2 INFO, 3 DEBUG); None: logging left alone (checked by log.configure).")
+log_file = _declare(
     "TORCH_NEURONX_LOG_FILE", None, _text, IMPORT,
-    "File the torch_neuronx logger appends to instead of stderr (None: stderr).",
-    read_at="log.configure")
-FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS = _declare(
+    "File the torch_neuronx logger appends to instead of stderr (None: stderr).")
+fallback_only_for_unimplemented_ops = _declare(
     "TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS", False, parse_flag, IMPORT,
     "On Trainium, 1 stops the CPU retry of an op whose device execution failed; validated only "
-    "(the emulator never retries: a failing op raises, as with 1).",
-    read_at="ops.apply_env_policies")
-DISABLE_INTEGRATIONS = _declare(
+    "(the emulator never retries: a failing op raises, as with 1).")
+disable_integrations = _declare(
     "TORCH_NEURONX_DISABLE_INTEGRATIONS", False, parse_flag, IMPORT,
-    "Do not patch third-party libraries (torch_neuronx/integrations).",
-    read_at="integrations.install")
-AUDIT_DIR = _declare(
+    "Do not patch third-party libraries (torch_neuronx/integrations).")
+audit_dir = _declare(
     "TORCH_NEURONX_AUDIT_DIR", None, _text, IMPORT,
-    "Set by `torch-neuronx audit` in the processes it runs: record this process and write its record here.",
-    read_at="torch_neuronx/__init__.py, once (audit/recorder.py)")
+    "Set by `torch-neuronx audit` in the processes it runs: record this process and write its record here.")
 
 # torch.compile (read per compile / per cache access / per run).
-ENABLE_STACK_TRACE = _declare(
+enable_stack_trace = _declare(
     "TORCH_NEURONX_ENABLE_STACK_TRACE", False, parse_flag, PER_CALL,
-    "Compile errors show each op's whole recorded Python stack, not its innermost line.",
-    read_at="compiler/graph.py, at each compile error")
-DEBUG_DIR = _declare(
+    "Compile errors show each op's whole recorded Python stack, not its innermost line.")
+debug_dir = _declare(
     "TORCH_NEURONX_DEBUG_DIR", None, _text, PER_CALL,
-    "Directory of the compilation artifacts (with PRESERVE_COMPILATION_ARTIFACTS).",
-    read_at="compiler/artifacts.py, at each compiled graph")
-PRESERVE_COMPILATION_ARTIFACTS = _declare(
+    "Directory of the compilation artifacts (with PRESERVE_COMPILATION_ARTIFACTS).")
+preserve_compilation_artifacts = _declare(
     "TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS", False, parse_flag, PER_CALL,
-    "Write each compiled graph's FX code and StableHLO under DEBUG_DIR.",
-    read_at="compiler/artifacts.py, at each compiled graph")
-NEFF_CACHE_DIR = _declare(
-    "TORCH_NEURONX_NEFF_CACHE_DIR", None, _text, PER_CALL,
-    "Directory of the on-disk compile cache (default: $XDG_CACHE_HOME/torch_neuronx/neff).",
-    read_at="compiler/cache.py, at each cache access")
-NEFF_CACHE_MAX_SIZE = _declare(
+    "Write each compiled graph's FX code and StableHLO under DEBUG_DIR.")
+
+
+def _default_neff_cache_dir() -> str:
+    """$XDG_CACHE_HOME/torch_neuronx/neff, ~/.cache when XDG_CACHE_HOME is unset or empty."""
+    base = xdg_cache_home() or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "torch_neuronx", "neff")
+
+
+# Whether the cache is on at all is neff_disable_cache.
+neff_cache_dir = _declare(
+    "TORCH_NEURONX_NEFF_CACHE_DIR", _default_neff_cache_dir, _text, PER_CALL,
+    "Directory of the on-disk compile cache (default: $XDG_CACHE_HOME/torch_neuronx/neff).")
+neff_cache_max_size = _declare(
     "TORCH_NEURONX_NEFF_CACHE_MAX_SIZE", DEFAULT_NEFF_CACHE_MAX_SIZE, parse_size, PER_CALL,
-    "Size limit of the on-disk cache in bytes (None: unlimited); LRU entries deleted past it.",
-    read_at="compiler/cache.py, at each cache write")
-NEFF_DISABLE_CACHE = _declare(
+    "Size limit of the on-disk cache in bytes (None: unlimited); LRU entries deleted past it.")
+neff_disable_cache = _declare(
     "TORCH_NEURONX_NEFF_DISABLE_CACHE", False, parse_flag, PER_CALL,
-    "Disable the on-disk compile cache (the in-memory one stays).",
-    read_at="compiler/cache.py, at each cache access")
-DISABLE_FALLBACK_EXECUTION = _declare(
+    "Disable the on-disk compile cache (the in-memory one stays).")
+disable_fallback_execution = _declare(
     "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", True, parse_flag, PER_CALL,
-    "A graph with an op that has no lowering raises instead of running eagerly.",
-    read_at="compiler/__init__.py, at each compile with unlowered ops")
-METRICS_ENABLED = _declare(
+    "A graph with an op that has no lowering raises instead of running eagerly.")
+metrics_enabled = _declare(
     "TORCH_NEURONX_METRICS_ENABLED", True, parse_flag, PER_CALL,
-    "Collect the get_dynamo_metrics() counters (0: not collected; the snapshot says enabled=False).",
-    read_at="compiler/metrics.py, at each counted event and each snapshot")
-DYNAMO_DISABLE_CPU_AUTOCOPY = _declare(
+    "Collect the get_dynamo_metrics() counters (0: not collected; the snapshot says enabled=False).")
+dynamo_disable_cpu_autocopy = _declare(
     "TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", False, parse_flag, PER_CALL,
-    "A CPU tensor passed to a compiled graph is an error instead of a device input.",
-    read_at="compiler/graph.py, at each run of a compiled graph with a CPU input")
+    "A CPU tensor passed to a compiled graph is an error instead of a device input.")
 
 # NKI simulator.
-PLATFORM_TARGET = _declare(
+platform_target = _declare(
     "NEURON_PLATFORM_TARGET_OVERRIDE", "trn2", _text, PER_CALL,
-    "Target generation of simulated NKI launches (trn2, trn3; checked by nki.targets).",
-    read_at="nki/targets.py get_target, at each launch")
+    "Target generation of simulated NKI launches (trn2, trn3; checked by nki.targets).")
 
 # Profiling: the Neuron Runtime's whole-process capture (AWS's NEURON_RT_INSPECT_*),
 # emulated by torch_neuronx/profiling.py (docs/profiling.md).
-INSPECT_ENABLE = _declare(
+inspect_enable = _declare(
     "NEURON_RT_INSPECT_ENABLE", False, parse_flag, IMPORT,
-    "Profile the whole process (torch.profiler with device events) and write the trace at exit.",
-    read_at="profiling.start_from_environment, once")
-INSPECT_OUTPUT_DIR = _declare(
+    "Profile the whole process (torch.profiler with device events) and write the trace at exit.")
+inspect_output_dir = _declare(
     "NEURON_RT_INSPECT_OUTPUT_DIR", "./output", _text, IMPORT,
-    "Directory of the whole-process trace (<dir>/<instance>_pid_<pid>/<timestamp>/trace.json).",
-    read_at="profiling.start_from_environment, once")
-INSPECT_SYSTEM_PROFILE = _declare(
+    "Directory of the whole-process trace (<dir>/<instance>_pid_<pid>/<timestamp>/trace.json).")
+inspect_system_profile = _declare(
     "NEURON_RT_INSPECT_SYSTEM_PROFILE", True, parse_flag, IMPORT,
-    "With INSPECT_ENABLE: record the per-kernel device events (ProfileMode.RUNTIME).",
-    read_at="profiling.start_from_environment, once")
-INSPECT_DEVICE_PROFILE = _declare(
-    "NEURON_RT_INSPECT_DEVICE_PROFILE", "0", _lower, IMPORT,
-    "With INSPECT_ENABLE: 0, 1/model or session: instruction-level traces (ProfileMode.DEVICE), not emulated (warns).",
-    read_at="profiling.start_from_environment, once")
-INSPECT_MAX_EVENTS_PER_NC = _declare(
+    "With INSPECT_ENABLE: record the per-kernel device events (ProfileMode.RUNTIME).")
+inspect_device_profile = _declare(
+    "NEURON_RT_INSPECT_DEVICE_PROFILE", "0", parse_device_profile, IMPORT,
+    "With INSPECT_ENABLE: 0, 1/model or session: instruction-level traces (ProfileMode.DEVICE), not emulated (warns).")
+inspect_max_events_per_nc = _declare(
     "NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC", None, _integer, IMPORT,
-    "With INSPECT_ENABLE: device events kept per core (later ones dropped); None: no limit.",
-    read_at="profiling.start_from_environment, once")
-INSPECT_EVENT_FILTER_NC = _declare(
+    "With INSPECT_ENABLE: device events kept per core (later ones dropped); None: no limit.")
+inspect_event_filter_nc = _declare(
     "NEURON_RT_INSPECT_EVENT_FILTER_NC", None, _text, IMPORT,
-    "With INSPECT_ENABLE: cores whose device events are recorded ('0', '0-3', '0,2,4'); None: all.",
-    read_at="profiling.start_from_environment, once")
-INSPECT_EVENT_FILTER_TYPE = _declare(
+    "With INSPECT_ENABLE: cores whose device events are recorded ('0', '0-3', '0,2,4'); None: all.")
+inspect_event_filter_type = _declare(
     "NEURON_RT_INSPECT_EVENT_FILTER_TYPE", None, _text, IMPORT,
-    "With INSPECT_ENABLE: runtime event types to capture; not emulated (warns, ignored).",
-    read_at="profiling.start_from_environment, once")
-INSPECT_DEVICE_PROFILE_NUM_WARMUP = _declare(
+    "With INSPECT_ENABLE: runtime event types to capture; not emulated (warns, ignored).")
+inspect_device_profile_num_warmup = _declare(
     "NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP", None, _text, IMPORT,
-    "With INSPECT_ENABLE: executions skipped before device profiling; not emulated (warns, ignored).",
-    read_at="profiling.start_from_environment, once")
+    "With INSPECT_ENABLE: executions skipped before device profiling; not emulated (warns, ignored).")
 
 # Other tools' variables.
-LOCAL_RANK = _declare(
+local_rank = _declare(
     "LOCAL_RANK", None, _integer, PER_CALL,
-    "torchrun's rank on this node: the visible core the process binds to.",
-    read_at="distributed/_backend.py, when the default process group is created", external=True)
-LOCAL_WORLD_SIZE = _declare(
+    "torchrun's rank on this node: the visible core the process binds to.", external=True)
+local_world_size = _declare(
     "LOCAL_WORLD_SIZE", None, _integer_or_none, PER_CALL,
-    "torchrun's number of processes on this node (a malformed value is ignored).",
-    read_at="distributed/_backend.py, when the default process group is created", external=True)
-RANK = _declare(
+    "torchrun's number of processes on this node (a malformed value is ignored).", external=True)
+rank = _declare(
     "RANK", "0", _verbatim, PER_CALL,
-    "torchrun's global rank: the rank<RANK>/ subdirectory of compilation artifacts (text as given).",
-    read_at="compiler/artifacts.py", external=True)
-XDG_CACHE_HOME = _declare(
+    "torchrun's global rank: the rank<RANK>/ subdirectory of compilation artifacts (text as given).", external=True)
+xdg_cache_home = _declare(
     "XDG_CACHE_HOME", None, _verbatim, PER_CALL,
-    "Base of the default compile cache directory (default ~/.cache; empty counts as unset).",
-    read_at="compiler/cache.py", external=True)
-XLA_FLAGS = _declare(
+    "Base of the default compile cache directory (default ~/.cache; empty counts as unset).", external=True)
+xla_flags = _declare(
     "XLA_FLAGS", "", _verbatim, PER_CALL,
-    "XLA's flags: part of every compile-cache key.",
-    read_at="compiler/cache.py, once per process (the toolchain fingerprint is cached)", external=True)
-TORCH_COMPILE_DEBUG = _declare(
+    "XLA's flags: part of every compile-cache key.", external=True)
+torch_compile_debug = _declare(
     "TORCH_COMPILE_DEBUG", False, _pytorch_flag, PER_CALL,
-    "PyTorch's debug switch (on only when exactly '1', as PyTorch reads it): AOTAutograd's own helper runs.",
-    read_at="compiler/__init__.py, at each compile", external=True)
+    "PyTorch's debug switch (on only when exactly '1', as PyTorch reads it): AOTAutograd's own helper runs.", external=True)
 
 
-# ------------------------------------------------------------ typed accessors
-# One per variable; each reads the environment when called.
-
-
-def instance() -> str:
-    """TORCH_NEURONX_INSTANCE: the instance profile's name (checked by device.profiles)."""
-    return INSTANCE.get()
-
-
-def visible_cores() -> str | None:
-    """NEURON_RT_VISIBLE_CORES as written (parsed by device.profiles), None when unset or empty."""
-    return VISIBLE_CORES.get()
-
-
-def num_cores() -> int | None:
-    """NEURON_RT_NUM_CORES, None when unset or empty (0 also means all cores)."""
-    return NUM_CORES.get()
-
-
-def logical_nc_config() -> int | None:
-    """NEURON_LOGICAL_NC_CONFIG (1 or 2), None when unset or empty (the platform's default)."""
-    return LOGICAL_NC_CONFIG.get()
-
-
-def fallback_mode() -> str:
-    """TORCH_NEURONX_FALLBACK as written ('warn' when unset)."""
-    return FALLBACK.get()
-
-
-def fp64_mode() -> str:
-    """TORCH_NEURONX_FP64, lower case ('emulate' when unset)."""
-    return FP64.get()
-
-
-def launch_blocking() -> bool:
-    """NEURON_LAUNCH_BLOCKING (a flag)."""
-    return LAUNCH_BLOCKING.get()
-
-
-def log_level() -> str | None:
-    """TORCH_NEURONX_LOG_LEVEL, upper case, or None when unset (checked by log.configure)."""
-    return LOG_LEVEL.get()
-
-
-def log_file() -> str | None:
-    """TORCH_NEURONX_LOG_FILE, or None when unset or empty."""
-    return LOG_FILE.get()
-
-
-def fallback_only_for_unimplemented_ops() -> bool:
-    """TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS (a flag)."""
-    return FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS.get()
-
-
-def metrics_enabled() -> bool:
-    """TORCH_NEURONX_METRICS_ENABLED (a flag, on by default)."""
-    return METRICS_ENABLED.get()
-
-
-def disable_integrations() -> bool:
-    """TORCH_NEURONX_DISABLE_INTEGRATIONS (a flag)."""
-    return DISABLE_INTEGRATIONS.get()
-
-
-def enable_stack_trace() -> bool:
-    """TORCH_NEURONX_ENABLE_STACK_TRACE (a flag)."""
-    return ENABLE_STACK_TRACE.get()
+# ------------------------------------------------------------------- helpers
 
 
 def child_environment(**variables: str) -> dict[str, str]:
@@ -412,125 +335,6 @@ def child_environment(**variables: str) -> dict[str, str]:
     if unknown:
         raise AssertionError(f"undeclared variables {unknown}: declare them in torch_neuronx/config.py")
     return {**os.environ, **variables}
-
-
-def audit_dir() -> str | None:
-    """TORCH_NEURONX_AUDIT_DIR: where this process writes its audit record; None: not audited."""
-    return AUDIT_DIR.get()
-
-
-def debug_dir() -> str | None:
-    """TORCH_NEURONX_DEBUG_DIR, or None when unset."""
-    return DEBUG_DIR.get()
-
-
-def preserve_compilation_artifacts() -> bool:
-    """TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS (a flag)."""
-    return PRESERVE_COMPILATION_ARTIFACTS.get()
-
-
-def neff_cache_dir() -> str:
-    """TORCH_NEURONX_NEFF_CACHE_DIR, else $XDG_CACHE_HOME/torch_neuronx/neff
-    (~/.cache when XDG_CACHE_HOME is unset or empty). Whether the cache is on
-    at all is neff_disable_cache()."""
-    configured = NEFF_CACHE_DIR.get()
-    if configured:
-        return configured
-    base = XDG_CACHE_HOME.get() or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "torch_neuronx", "neff")
-
-
-def neff_cache_max_size() -> int | None:
-    """TORCH_NEURONX_NEFF_CACHE_MAX_SIZE in bytes (10 GiB when unset), None for no limit."""
-    return NEFF_CACHE_MAX_SIZE.get()
-
-
-def neff_disable_cache() -> bool:
-    """TORCH_NEURONX_NEFF_DISABLE_CACHE (a flag)."""
-    return NEFF_DISABLE_CACHE.get()
-
-
-def disable_fallback_execution() -> bool:
-    """TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION (a flag, on by default)."""
-    return DISABLE_FALLBACK_EXECUTION.get()
-
-
-def dynamo_disable_cpu_autocopy() -> bool:
-    """TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY (a flag)."""
-    return DYNAMO_DISABLE_CPU_AUTOCOPY.get()
-
-
-def platform_target() -> str:
-    """NEURON_PLATFORM_TARGET_OVERRIDE as written ('trn2' when unset; checked by nki.targets)."""
-    return PLATFORM_TARGET.get()
-
-
-def local_rank() -> int | None:
-    """LOCAL_RANK, None when unset; ValueError naming it when not an integer."""
-    return LOCAL_RANK.get()
-
-
-def local_world_size() -> int | None:
-    """LOCAL_WORLD_SIZE, None when unset or not an integer."""
-    return LOCAL_WORLD_SIZE.get()
-
-
-def rank() -> str:
-    """RANK as written ('0' when unset)."""
-    return RANK.get()
-
-
-def xla_flags() -> str:
-    """XLA_FLAGS as written ('' when unset)."""
-    return XLA_FLAGS.get()
-
-
-def torch_compile_debug() -> bool:
-    """TORCH_COMPILE_DEBUG as PyTorch reads it (exactly '1')."""
-    return TORCH_COMPILE_DEBUG.get()
-
-
-def inspect_enable() -> bool:
-    """NEURON_RT_INSPECT_ENABLE: profile the whole process."""
-    return INSPECT_ENABLE.get()
-
-
-def inspect_output_dir() -> str:
-    """NEURON_RT_INSPECT_OUTPUT_DIR (default ./output)."""
-    return INSPECT_OUTPUT_DIR.get()
-
-
-def inspect_system_profile() -> bool:
-    """NEURON_RT_INSPECT_SYSTEM_PROFILE (default on)."""
-    return INSPECT_SYSTEM_PROFILE.get()
-
-
-def inspect_device_profile() -> str:
-    """NEURON_RT_INSPECT_DEVICE_PROFILE: '0', '1', 'model' or 'session'."""
-    value = INSPECT_DEVICE_PROFILE.get()
-    if value not in ("0", "1", "model", "session"):
-        raise ValueError(f"{INSPECT_DEVICE_PROFILE.name}={value!r}: expected 0, 1, model or session")
-    return value
-
-
-def inspect_max_events_per_nc() -> int | None:
-    """NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC, None when unset."""
-    return INSPECT_MAX_EVENTS_PER_NC.get()
-
-
-def inspect_event_filter_nc() -> str | None:
-    """NEURON_RT_INSPECT_EVENT_FILTER_NC as written, None when unset."""
-    return INSPECT_EVENT_FILTER_NC.get()
-
-
-def inspect_event_filter_type() -> str | None:
-    """NEURON_RT_INSPECT_EVENT_FILTER_TYPE as written, None when unset."""
-    return INSPECT_EVENT_FILTER_TYPE.get()
-
-
-def inspect_device_profile_num_warmup() -> str | None:
-    """NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP as written, None when unset."""
-    return INSPECT_DEVICE_PROFILE_NUM_WARMUP.get()
 
 
 def project_variables() -> list[str]:

@@ -94,6 +94,21 @@ def test_every_flag_goes_through_the_one_parser():
     assert flags and all(v.parse is config.parse_flag for v in flags)
 
 
+def test_mode_choices_are_the_extensions_names():
+    """config spells the C++ core's mode names (it cannot import the extension)."""
+    from torch_neuronx import _C
+
+    assert set(config.FALLBACK_MODES) == set(dict(_C._fallback_modes))
+    assert set(config.FP64_MODES) == set(dict(_C._fp64_modes))
+
+
+@pytest.mark.parametrize("variable,raw", [("fallback_mode", " Silent "), ("fp64_mode", "NATIVE")])
+def test_mode_choices_ignore_case_and_spaces(monkeypatch, variable, raw):
+    declared = getattr(config, variable)
+    monkeypatch.setenv(declared.name, raw)
+    assert declared() == raw.strip().lower()
+
+
 def test_unset_or_empty_means_the_default(monkeypatch):
     for name, variable in config.VARIABLES.items():
         monkeypatch.delenv(name, raising=False)

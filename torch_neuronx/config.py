@@ -61,10 +61,6 @@ def _text(name: str, raw: str) -> str:
     return raw.strip()
 
 
-def _lower(name: str, raw: str) -> str:
-    return raw.strip().lower()
-
-
 def _upper(name: str, raw: str) -> str:
     return raw.strip().upper()
 
@@ -108,6 +104,23 @@ def parse_core_count(name: str, raw: str) -> int:
             f"{name}={value!r} is not valid: use a number of NeuronCores from 1 to the number the "
             "instance profile has, or 0 for all of them.")
     return int(value)
+
+
+# The names of the C++ core's FallbackMode and Fp64Mode (csrc/Runtime.h). Spelled
+# here because this module cannot import the extension; tests/test_config.py
+# checks that _C exports the same names.
+FALLBACK_MODES = ("warn", "silent", "error")
+FP64_MODES = ("emulate", "native")
+
+
+def choice_parser(choices: tuple[str, ...]) -> Callable[[str, str], str]:
+    """A parser that accepts one of `choices` in any letter case, spaces ignored."""
+    def parse_choice(name: str, raw: str) -> str:
+        value = raw.strip().lower()
+        if value not in choices:
+            raise ValueError(f"{name}={raw.strip()!r}: expected one of {sorted(choices)}")
+        return value
+    return parse_choice
 
 
 DEVICE_PROFILE_VALUES = ("0", "1", "model", "session")  # AWS's NEURON_RT_INSPECT_DEVICE_PROFILE
@@ -178,6 +191,11 @@ class Variable:
             return self.default_value()
         return self.parse(self.name, raw)
 
+    def parse_text(self, raw: str) -> Any:
+        """A value given in code rather than in the environment, checked as the
+        variable's own text would be (ops.set_fallback_mode)."""
+        return self.parse(self.name, raw)
+
 
 VARIABLES: dict[str, Variable] = {}
 
@@ -208,11 +226,11 @@ logical_nc_config = _declare(
     "Physical NeuronCores per logical core (1 or 2); None: the platform's default (checked by "
     "neuron.profiles).")
 fallback_mode = _declare(
-    "TORCH_NEURONX_FALLBACK", "warn", _verbatim, IMPORT,
-    "What an op outside the native op set does: warn, silent or error (checked by ops.set_fallback_mode).")
+    "TORCH_NEURONX_FALLBACK", "warn", choice_parser(FALLBACK_MODES), IMPORT,
+    "What an op outside the native op set does: warn, silent or error.")
 fp64_mode = _declare(
-    "TORCH_NEURONX_FP64", "emulate", _lower, IMPORT,
-    "float64 arithmetic: emulate (in float32, as on Trainium) or native (checked by ops).")
+    "TORCH_NEURONX_FP64", "emulate", choice_parser(FP64_MODES), IMPORT,
+    "float64 arithmetic: emulate (in float32, as on Trainium) or native.")
 launch_blocking = _declare(
     "NEURON_LAUNCH_BLOCKING", False, parse_flag, IMPORT,
     "Synchronous launches on Trainium; validated only (the emulator is always synchronous).")

@@ -71,14 +71,14 @@ def test_info_json_matches_the_profile_and_policies(case, tmp_path):
                     "NEURON_LOGICAL_NC_CONFIG" if lnc else "default")
     _check_visible(report["visible_cores"], profile, variables)
     assert report["policies"] == {
-        "fallback": variables.get("TORCH_NEURONX_FALLBACK", config.FALLBACK.default),
-        "fp64": variables.get("TORCH_NEURONX_FP64", config.FP64.default),
+        "fallback": variables.get("TORCH_NEURONX_FALLBACK", config.fallback_mode.default),
+        "fp64": variables.get("TORCH_NEURONX_FP64", config.fp64_mode.default),
     }
     _check_versions(report["versions"])
     _check_integrations(report["integrations"])
     assert report["compile_cache"] == {
         "enabled": True, "source": "TORCH_NEURONX_NEFF_CACHE_DIR", "directory": str(tmp_path / "cache"),
-        "entries": 0, "size_bytes": 0, "max_size_bytes": config.NEFF_CACHE_MAX_SIZE.default,
+        "entries": 0, "size_bytes": 0, "max_size_bytes": config.neff_cache_max_size.default,
     }
 
 

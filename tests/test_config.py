@@ -31,7 +31,31 @@ def test_declared_project_variables_are_the_documented_ones():
 def test_project_prefix_means_project_variable():
     for name, variable in config.VARIABLES.items():
         assert variable.external != name.startswith(PROJECT_PREFIXES), name
-        assert variable.meaning and variable.when in (config.IMPORT, config.PER_CALL), name
+        assert variable.doc and variable.when in (config.IMPORT, config.PER_CALL), name
+        assert variable.section in config.SECTIONS, name
+
+
+def test_env_vars_page_tables_are_rendered_from_the_declarations():
+    text = DOC.read_text()
+    assert config.render_page(text) == text, (
+        "docs/env-vars.md is stale: run python scripts/render_env_vars.py")
+
+
+def test_documented_choices_are_the_known_ones():
+    """The Values cells that list names owned by other modules list exactly those."""
+    from torch_neuronx.neuron import profiles
+    from torch_neuronx.nki import targets
+
+    def listed(variable):
+        return set(re.findall(r"`([^`]+)`", variable.values))
+
+    assert listed(config.instance) == set(profiles.PROFILES)
+    assert listed(config.platform_target) == set(targets.TARGETS)
+
+
+def test_env_vars_page_has_one_table_per_section():
+    sections = [match.group("section") for match in config.GENERATED_TABLE.finditer(DOC.read_text())]
+    assert sorted(sections) == sorted(config.SECTIONS)
 
 
 def test_other_tools_variables_are_documented_too():
@@ -94,13 +118,28 @@ def test_every_flag_goes_through_the_one_parser():
     assert flags and all(v.parse is config.parse_flag for v in flags)
 
 
+def test_mode_choices_are_the_extensions_names():
+    """config spells the C++ core's mode names (it cannot import the extension)."""
+    from torch_neuronx import _C
+
+    assert set(config.FALLBACK_MODES) == set(dict(_C._fallback_modes))
+    assert set(config.FP64_MODES) == set(dict(_C._fp64_modes))
+
+
+@pytest.mark.parametrize("variable,raw", [("fallback_mode", " Silent "), ("fp64_mode", "NATIVE")])
+def test_mode_choices_ignore_case_and_spaces(monkeypatch, variable, raw):
+    declared = getattr(config, variable)
+    monkeypatch.setenv(declared.name, raw)
+    assert declared() == raw.strip().lower()
+
+
 def test_unset_or_empty_means_the_default(monkeypatch):
     for name, variable in config.VARIABLES.items():
         monkeypatch.delenv(name, raising=False)
-        assert variable.get() == variable.default, name
+        assert variable() == variable.default_value(), name
         if not variable.external:
             monkeypatch.setenv(name, "  ")
-            assert variable.get() == variable.default, name
+            assert variable() == variable.default_value(), name
 
 
 def test_accessors_read_the_environment_at_each_call(monkeypatch):

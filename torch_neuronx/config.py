@@ -1,13 +1,15 @@
 """Every environment variable torch_neuronx reads, declared once.
 
 Each variable is a :class:`Variable`: its name, its default, the parser that
-turns its text into a value, when it is read, and a one-line meaning
-(docs/env-vars.md says the same, longer; tests/test_config.py checks that the
-two list the same variables and that no other module reads ``os.environ``).
-The rest of the package calls the typed accessors below (``config.instance()``,
-``config.neff_cache_dir()``, ...), never ``os.environ``.
+turns its text into a value and checks it, when it is read, and its row of
+docs/env-vars.md (the page's tables are rendered from here by
+scripts/render_env_vars.py; tests/test_config.py fails when the page is stale
+and when a module other than this one reads ``os.environ``).
+The declaration is the accessor: the rest of the package calls it
+(``config.instance()``, ``config.neff_cache_dir()``, ...), never ``os.environ``,
+and reads its ``name`` and ``default`` from it.
 
-Nothing is cached: an accessor reads the environment each time it is called.
+Nothing is cached: a variable reads the environment each time it is called.
 What is read once per process (the instance profile, the fallback and fp64
 policies, the integrations switch, ...) is read once because its caller runs
 once, when torch_neuronx is imported; what is read per compile or per kernel
@@ -34,7 +36,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any, Callable
 
 # --------------------------------------------------------------------- parsers
@@ -58,10 +60,6 @@ def parse_flag(name: str, raw: str) -> bool:
 
 def _text(name: str, raw: str) -> str:
     return raw.strip()
-
-
-def _lower(name: str, raw: str) -> str:
-    return raw.strip().lower()
 
 
 def _upper(name: str, raw: str) -> str:
@@ -109,6 +107,33 @@ def parse_core_count(name: str, raw: str) -> int:
     return int(value)
 
 
+# The names of the C++ core's FallbackMode and Fp64Mode (csrc/Runtime.h). Spelled
+# here because this module cannot import the extension; tests/test_config.py
+# checks that _C exports the same names.
+FALLBACK_MODES = ("warn", "silent", "error")
+FP64_MODES = ("emulate", "native")
+
+
+def choice_parser(choices: tuple[str, ...]) -> Callable[[str, str], str]:
+    """A parser that accepts one of `choices` in any letter case, spaces ignored."""
+    def parse_choice(name: str, raw: str) -> str:
+        value = raw.strip().lower()
+        if value not in choices:
+            raise ValueError(f"{name}={raw.strip()!r}: expected one of {sorted(choices)}")
+        return value
+    return parse_choice
+
+
+DEVICE_PROFILE_VALUES = ("0", "1", "model", "session")  # AWS's NEURON_RT_INSPECT_DEVICE_PROFILE
+
+
+def parse_device_profile(name: str, raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in DEVICE_PROFILE_VALUES:
+        raise ValueError(f"{name}={value!r}: expected 0, 1, model or session")
+    return value
+
+
 def _pytorch_flag(name: str, raw: str) -> bool:
     return raw == "1"
 
@@ -139,27 +164,52 @@ def parse_size(name: str, raw: str) -> int | None:
 IMPORT = "import"  # read once, when torch_neuronx is imported
 PER_CALL = "per call"  # read each time it is needed (compile, cache write, launch, ...)
 
+# The tables of docs/env-vars.md; each variable is listed in its section's table.
+RUNTIME = "runtime"
+COMPILE = "compile"
+DISTRIBUTED = "distributed"
+OTHER_TOOLS = "other-tools"
+NKI = "nki"
+PROFILING = "profiling"
+INTEGRATIONS = "integrations"
+SECTIONS = (RUNTIME, COMPILE, DISTRIBUTED, OTHER_TOOLS, NKI, PROFILING, INTEGRATIONS)
+
 
 @dataclass(frozen=True)
 class Variable:
+    """A declared variable; calling it reads the environment and returns the
+    parsed value (``config.neff_cache_dir()``), so the declaration is the accessor.
+    Its documentation is here too: docs/env-vars.md's tables are rendered from it."""
+
     name: str
+    # The value when unset or empty; a function of nothing when it depends on
+    # another variable, called at each read (neff_cache_dir's follows XDG_CACHE_HOME).
     default: Any
-    parse: Callable[[str, str], Any]  # (name, raw text) -> value
-    when: str  # IMPORT or PER_CALL (see `read_at` for details)
-    meaning: str
-    read_at: str = ""
+    parse: Callable[[str, str], Any]  # (name, raw text) -> value; raises ValueError naming the variable
+    when: str  # IMPORT or PER_CALL
+    section: str  # one of SECTIONS
+    _: KW_ONLY
+    doc: str  # the Effect cell of its row in docs/env-vars.md (markdown)
+    values: str = ""  # the Values cell; a flag's is `0`, `1`
+    default_doc: str = ""  # the Default cell, where the default alone does not say it
     external: bool = False  # defined by another tool; read as that tool defines it
 
     def raw(self) -> str | None:
         """The variable's text, or None when unset."""
         return os.environ.get(self.name)
 
-    def get(self) -> Any:
+    def default_value(self) -> Any:
+        return self.default() if callable(self.default) else self.default
+
+    def __call__(self) -> Any:
         raw = os.environ.get(self.name)
-        if raw is None:
-            return self.default
-        if not self.external and not raw.strip():
-            return self.default
+        if raw is None or (not self.external and not raw.strip()):
+            return self.default_value()
+        return self.parse(self.name, raw)
+
+    def parse_text(self, raw: str) -> Any:
+        """A value given in code rather than in the environment, checked as the
+        variable's own text would be (ops.set_fallback_mode)."""
         return self.parse(self.name, raw)
 
 
@@ -174,235 +224,301 @@ def _declare(*args, **kwargs) -> Variable:
     return variable
 
 
+def choices(values: tuple) -> str:
+    """A Values cell listing `values`: `warn`, `silent`, `error`."""
+    return ", ".join(f"`{value}`" for value in values)
+
+
 DEFAULT_INSTANCE = "trn2.3xlarge"
 
-# Device and runtime (read at import).
-INSTANCE = _declare(
-    "TORCH_NEURONX_INSTANCE", DEFAULT_INSTANCE, _text, IMPORT,
-    "Instance profile of the emulated runtime: number of NeuronCores and HBM per core.",
-    read_at="neuron/__init__.py (profiles.active_profile), once")
-VISIBLE_CORES = _declare(
-    "NEURON_RT_VISIBLE_CORES", None, _text, IMPORT,
-    "Cores of the profile this process uses ('2', '0-1', '0,2-3'); None: all of them.",
-    read_at="neuron/__init__.py (profiles.visible_cores), once; the distributed error message")
-NUM_CORES = _declare(
-    "NEURON_RT_NUM_CORES", None, parse_core_count, IMPORT,
-    "How many cores of the profile this process uses (the first ones); 0 or None: all of them. "
-    "NEURON_RT_VISIBLE_CORES takes precedence.",
-    read_at="neuron/__init__.py (profiles.visible_cores), once; the distributed error message")
-LOGICAL_NC_CONFIG = _declare(
-    "NEURON_LOGICAL_NC_CONFIG", None, parse_lnc, IMPORT,
-    "Physical NeuronCores per logical core (1 or 2); None: the platform's default (checked by "
-    "neuron.profiles).",
-    read_at="neuron/__init__.py (profiles.active_profile), once")
-FALLBACK = _declare(
-    "TORCH_NEURONX_FALLBACK", "warn", _verbatim, IMPORT,
-    "What an op outside the native op set does: warn, silent or error (checked by ops.set_fallback_mode).",
-    read_at="ops.apply_env_policies")
-FP64 = _declare(
-    "TORCH_NEURONX_FP64", "emulate", _lower, IMPORT,
-    "float64 arithmetic: emulate (in float32, as on Trainium) or native (checked by ops).",
-    read_at="ops.apply_env_policies")
-LAUNCH_BLOCKING = _declare(
-    "NEURON_LAUNCH_BLOCKING", False, parse_flag, IMPORT,
-    "Synchronous launches on Trainium; validated only (the emulator is always synchronous).",
-    read_at="ops.apply_env_policies")
-LOG_LEVEL = _declare(
-    "TORCH_NEURONX_LOG_LEVEL", None, _upper, IMPORT,
-    "Level of the torch_neuronx logger: a name (DEBUG..CRITICAL) or AWS's 0-3 "
-    "(0 ERROR, 1 WARNING, 2 INFO, 3 DEBUG); None: logging left alone (checked by log.configure).",
-    read_at="log.configure")
-LOG_FILE = _declare(
-    "TORCH_NEURONX_LOG_FILE", None, _text, IMPORT,
-    "File the torch_neuronx logger appends to instead of stderr (None: stderr).",
-    read_at="log.configure")
-FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS = _declare(
-    "TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS", False, parse_flag, IMPORT,
-    "On Trainium, 1 stops the CPU retry of an op whose device execution failed; validated only "
-    "(the emulator never retries: a failing op raises, as with 1).",
-    read_at="ops.apply_env_policies")
-DISABLE_INTEGRATIONS = _declare(
-    "TORCH_NEURONX_DISABLE_INTEGRATIONS", False, parse_flag, IMPORT,
-    "Do not patch third-party libraries (torch_neuronx/integrations).",
-    read_at="integrations.install")
-AUDIT_DIR = _declare(
-    "TORCH_NEURONX_AUDIT_DIR", None, _text, IMPORT,
-    "Set by `torch-neuronx audit` in the processes it runs: record this process and write its record here.",
-    read_at="torch_neuronx/__init__.py, once (audit/recorder.py)")
+# Device and runtime.
+instance = _declare(
+    "TORCH_NEURONX_INSTANCE", DEFAULT_INSTANCE, _text, IMPORT, RUNTIME,
+    values=("`trn2.3xlarge`, `trn2.48xlarge`, `trn3.3xlarge`, `trn3.48xlarge`, `trn1.2xlarge`, "
+            "`trn1.32xlarge`"),
+    doc=("Instance profile of the emulated runtime: how many chips, physical NeuronCores and HBM "
+         "the instance has; with `NEURON_LOGICAL_NC_CONFIG` that gives how many logical "
+         "NeuronCores (`neuron:N` devices) exist and how much HBM each has (4 × 24 GiB by "
+         "default). Surrounding spaces are ignored; an unknown name makes the import fail with the"
+         " list of known profiles. See [devices and memory](device-and-memory.md)."))
+visible_cores = _declare(
+    "NEURON_RT_VISIBLE_CORES", None, _text, IMPORT, RUNTIME,
+    values="core ids and ascending ranges, comma-separated: `2`, `0-1`, `0,2-3`",
+    default_doc="all cores of the profile",
+    doc=("Restricts the process to these cores of the profile; they are renumbered `neuron:0`, "
+         "`neuron:1`, ... in the order given (`get_device_properties(i).physical_core` keeps the "
+         "original id). The ids are *logical* cores under the LNC in force "
+         "(`NEURON_LOGICAL_NC_CONFIG`): 0-3 on trn2.3xlarge at LNC=2, 0-7 at LNC=1, as the Neuron "
+         "runtime numbers the NeuronCores it presents. Takes precedence over `NEURON_RT_NUM_CORES`"
+         ' (AWS: "`NEURON_RT_VISIBLE_CORES` takes precedence over `NEURON_RT_NUM_CORES`"). A '
+         "malformed value, a core outside the profile or a core named twice makes the import fail,"
+         " naming the value and the cores the profile has at that LNC."))
+num_cores = _declare(
+    "NEURON_RT_NUM_CORES", None, parse_core_count, IMPORT, RUNTIME,
+    values="`0`, or a number of cores from `1` to the profile's (logical) core count",
+    default_doc="`0`: all cores",
+    doc=('AWS: "Number of NeuronCores required by the process"; `0` "is interpreted as all". The '
+         "process uses that many cores of the profile: the first ones, `neuron:0` ... `neuron:N-1`"
+         " (the Neuron runtime picks any *free* cores, and a second process gets others; the "
+         "emulator reserves nothing between processes, so every process gets the same first cores:"
+         " give processes disjoint `NEURON_RT_VISIBLE_CORES` to model that). Ignored when "
+         "`NEURON_RT_VISIBLE_CORES` is set (a malformed value is still an error). A value that is "
+         "not a non-negative integer (`-1`, `two`), or more cores than the profile has at the LNC "
+         "in force, makes the import fail, naming the variable and the valid range."))
+logical_nc_config = _declare(
+    "NEURON_LOGICAL_NC_CONFIG", None, parse_lnc, IMPORT, RUNTIME,
+    values=choices(LNC_VALUES),
+    default_doc="the platform's: `2` on trn2 and trn3, `1` on trn1",
+    doc=("Logical NeuronCore configuration: physical NeuronCores per logical core (`neuron:N` "
+         'device). AWS: "LNC can only be set to 1 or 2"; "LNC applies only to Trn2 and Trn3 '
+         'instances" (trn1 accepts only `1`). `2`: two physical cores form one device with their '
+         "shared HBM (a trn2 chip shows 4 cores of 24 GiB, a trn3 chip 4 of 36 GiB). `1`: every "
+         "physical core is a device (8 per trn2 chip of 12 GiB each, 8 per trn3 chip of 18 GiB). "
+         "On Trainium the two cores of a bank share its HBM under LNC=1 (one may use more than "
+         'half while its neighbour uses less: AWS warns of "noisy neighbor problems"); the '
+         "emulator gives each core a fixed half, so it runs out of memory no later than Trainium. "
+         "Reported by `get_device_properties(i).lnc` and `torch-neuronx info` (`lnc`, "
+         "`lnc_source`). Any value other than `1`/`2`, or `2` on a trn1 profile, makes the import "
+         "fail, naming the variable and the valid choices. A 48xlarge at `1` has 128 cores, one "
+         "more than a process can use (PyTorch's device index is 8-bit): the import fails unless "
+         "`NEURON_RT_NUM_CORES` or `NEURON_RT_VISIBLE_CORES` selects at most 127. See [devices and"
+         " memory](device-and-memory.md#logical-neuroncores)."))
+fallback_mode = _declare(
+    "TORCH_NEURONX_FALLBACK", "warn", choice_parser(FALLBACK_MODES), IMPORT, RUNTIME,
+    values=choices(FALLBACK_MODES) + " (case-insensitive)",
+    doc=("What an op outside the native op set does: `warn` runs it on the CPU (inputs copied to "
+         "the host and back) with a warning once per op; `silent` does the same without the "
+         "warning; `error` raises `NotImplementedError` naming the op. Fallback ops are listed by "
+         "`torch_neuronx.get_fallback_ops()` in every mode. Can be changed at run time with "
+         "`torch_neuronx.ops.set_fallback_mode()`."))
+fp64_mode = _declare(
+    "TORCH_NEURONX_FP64", "emulate", choice_parser(FP64_MODES), IMPORT, RUNTIME,
+    values=choices(FP64_MODES) + " (case-insensitive)",
+    doc=("`emulate`: float64 tensors keep dtype float64 but arithmetic is done in float32, as on "
+         "Trainium (one warning per process); `native`: compute in float64 (for debugging). Pure "
+         "data movement (copies, indexing, concatenation, ...) is exact in both modes."))
+launch_blocking = _declare(
+    "NEURON_LAUNCH_BLOCKING", False, parse_flag, IMPORT, RUNTIME,
+    doc=('AWS: "When `1`, forces synchronous execution. Useful for debugging." The emulator is '
+         "always synchronous: every op has finished, and any error it raises has been raised by "
+         "the call that launched it (not by a later `torch.neuron.synchronize()`), whatever the "
+         "value, so `0` and `1` run the same. Not emulated: the asynchronous execution of `0` on "
+         "Trainium, where a device error can surface at a later call. Any other value (other than "
+         "the `true` / `false` spellings of every on/off variable) makes the import fail, naming "
+         "the variable."))
+fallback_only_for_unimplemented_ops = _declare(
+    "TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS", False, parse_flag, IMPORT, RUNTIME,
+    doc=('AWS: "When `1`, only falls back to CPU for unimplemented ops, not execution errors." On '
+         "Trainium an op that has a device implementation but fails when it executes is retried on"
+         " the CPU unless this is `1`. The emulator's device kernels are CPU kernels on the device"
+         " memory, so a CPU retry would fail the same way: it never retries, and an op that fails "
+         "raises its error (as with `1`) whatever the value. Ops without a device implementation "
+         "(outside the native op set) run through the CPU fallback with either value, as "
+         "`TORCH_NEURONX_FALLBACK` says. Not emulated: the CPU retry of `0` (which on Trainium "
+         "hides device execution errors). Any other value makes the import fail, naming the "
+         "variable."))
+audit_dir = _declare(
+    "TORCH_NEURONX_AUDIT_DIR", None, _text, IMPORT, RUNTIME,
+    values="a directory",
+    doc=("Set by `torch-neuronx audit` (never by hand) in the processes of the command it runs: "
+         "each process that loads the device records its ops, steps, memory and compiled graphs "
+         "and writes `record-<pid>.json` there at exit. See [tools.md](tools.md#audit)."))
+log_level = _declare(
+    "TORCH_NEURONX_LOG_LEVEL", None, _upper, IMPORT, RUNTIME,
+    values=("`DEBUG`, `INFO`, `WARNING`, `ERROR`, `CRITICAL` (case-insensitive), or AWS's numbers `0`"
+            ' (`ERROR`), `1` (`WARNING`), `2` (`INFO`), `3` (`DEBUG`, AWS: "When `3`, enable debug '
+            'logs")'),
+    doc=("Level of the `torch_neuronx` logger, with a handler of its own writing to stderr, or to "
+         "`TORCH_NEURONX_LOG_FILE` (`[torch_neuronx.compiler INFO] compiled the forward graph in "
+         "0.12 s`). `INFO`: compiles and recompiles with their reason; `DEBUG`: also cache hits "
+         "and graphs received. Unset (and no log file): no handler is added and the application's "
+         "`logging` configuration decides (on Trainium the unset level is `WARNING`: set `1` for "
+         "that). An unknown value (`4`, `loud`) warns, naming the variable and the valid values, "
+         "and is ignored."))
+log_file = _declare(
+    "TORCH_NEURONX_LOG_FILE", None, _text, IMPORT, RUNTIME,
+    values="a file path",
+    default_doc="unset (stderr)",
+    doc=("The `torch_neuronx` logger appends its lines to this file (opened in append mode, as "
+         "TorchNeuron does; earlier content is kept) instead of writing them to stderr. Without "
+         "`TORCH_NEURONX_LOG_LEVEL` the level is `WARNING`, TorchNeuron's default. One name for "
+         "every process: it is not made per rank (give each rank its own value, e.g. "
+         "`TORCH_NEURONX_LOG_FILE=log.$RANK`; ranks given the same file append to it). A path that"
+         " cannot be opened warns, naming the variable, and the lines go to stderr. Only this "
+         "project's Python logger writes there: warnings (`warnings.warn`, such as the CPU "
+         "fallback warning) still go to stderr."))
 
-# torch.compile (read per compile / per cache access / per run).
-ENABLE_STACK_TRACE = _declare(
-    "TORCH_NEURONX_ENABLE_STACK_TRACE", False, parse_flag, PER_CALL,
-    "Compile errors show each op's whole recorded Python stack, not its innermost line.",
-    read_at="compiler/graph.py, at each compile error")
-DEBUG_DIR = _declare(
-    "TORCH_NEURONX_DEBUG_DIR", None, _text, PER_CALL,
-    "Directory of the compilation artifacts (with PRESERVE_COMPILATION_ARTIFACTS).",
-    read_at="compiler/artifacts.py, at each compiled graph")
-PRESERVE_COMPILATION_ARTIFACTS = _declare(
-    "TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS", False, parse_flag, PER_CALL,
-    "Write each compiled graph's FX code and StableHLO under DEBUG_DIR.",
-    read_at="compiler/artifacts.py, at each compiled graph")
-NEFF_CACHE_DIR = _declare(
-    "TORCH_NEURONX_NEFF_CACHE_DIR", None, _text, PER_CALL,
-    "Directory of the on-disk compile cache (default: $XDG_CACHE_HOME/torch_neuronx/neff).",
-    read_at="compiler/cache.py, at each cache access")
-NEFF_CACHE_MAX_SIZE = _declare(
-    "TORCH_NEURONX_NEFF_CACHE_MAX_SIZE", DEFAULT_NEFF_CACHE_MAX_SIZE, parse_size, PER_CALL,
-    "Size limit of the on-disk cache in bytes (None: unlimited); LRU entries deleted past it.",
-    read_at="compiler/cache.py, at each cache write")
-NEFF_DISABLE_CACHE = _declare(
-    "TORCH_NEURONX_NEFF_DISABLE_CACHE", False, parse_flag, PER_CALL,
-    "Disable the on-disk compile cache (the in-memory one stays).",
-    read_at="compiler/cache.py, at each cache access")
-DISABLE_FALLBACK_EXECUTION = _declare(
-    "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", True, parse_flag, PER_CALL,
-    "A graph with an op that has no lowering raises instead of running eagerly.",
-    read_at="compiler/__init__.py, at each compile with unlowered ops")
-METRICS_ENABLED = _declare(
-    "TORCH_NEURONX_METRICS_ENABLED", True, parse_flag, PER_CALL,
-    "Collect the get_dynamo_metrics() counters (0: not collected; the snapshot says enabled=False).",
-    read_at="compiler/metrics.py, at each counted event and each snapshot")
-DYNAMO_DISABLE_CPU_AUTOCOPY = _declare(
-    "TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", False, parse_flag, PER_CALL,
-    "A CPU tensor passed to a compiled graph is an error instead of a device input.",
-    read_at="compiler/graph.py, at each run of a compiled graph with a CPU input")
+# torch.compile.
+
+
+def _default_neff_cache_dir() -> str:
+    """$XDG_CACHE_HOME/torch_neuronx/neff, ~/.cache when XDG_CACHE_HOME is unset or empty."""
+    base = xdg_cache_home() or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "torch_neuronx", "neff")
+
+
+enable_stack_trace = _declare(
+    "TORCH_NEURONX_ENABLE_STACK_TRACE", False, parse_flag, PER_CALL, COMPILE,
+    doc=("Read at each compile error. `1`: an error naming ops that cannot be compiled (no "
+         "lowering, or depending on tensor values) shows the whole recorded Python stack of each "
+         "op instead of its innermost line."))
+debug_dir = _declare(
+    "TORCH_NEURONX_DEBUG_DIR", None, _text, PER_CALL, COMPILE,
+    values="a directory",
+    doc=("With `TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS=1`, every compiled graph writes "
+         "`fx_graphs/NNNN_<kind>.py` and `stablehlo/NNNN_<kind>.mlir` under `rank<RANK>/`."))
+preserve_compilation_artifacts = _declare(
+    "TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS", False, parse_flag, PER_CALL, COMPILE,
+    doc="`1` writes the artifacts above (needs `TORCH_NEURONX_DEBUG_DIR`).")
+neff_cache_dir = _declare(
+    "TORCH_NEURONX_NEFF_CACHE_DIR", _default_neff_cache_dir, _text, PER_CALL, COMPILE,
+    values="a directory",
+    default_doc="`~/.cache/torch_neuronx/neff` (`$XDG_CACHE_HOME` respected)",
+    doc=("On-disk cache of compiled executables (`*.neff`) and of AOTAutograd's results (`*.aot`),"
+         " shared between processes (atomic writes, checksummed entries); see "
+         "docs/compile.md#caches."))
+neff_cache_max_size = _declare(
+    "TORCH_NEURONX_NEFF_CACHE_MAX_SIZE", DEFAULT_NEFF_CACHE_MAX_SIZE, parse_size, PER_CALL, COMPILE,
+    values=("bytes with an optional unit (`500M`, `10G`, `1.5GiB`; K/M/G/T are powers of 1024), or "
+            "`-1` / `unlimited`"),
+    default_doc="`10G`",
+    doc=("Size limit of the on-disk cache: after each write the least recently used entries are "
+         "deleted until the directory fits (the entry just written is kept). Read at each write; a"
+         " malformed value raises `ValueError` naming the variable. See docs/compile.md#caches."))
+neff_disable_cache = _declare(
+    "TORCH_NEURONX_NEFF_DISABLE_CACHE", False, parse_flag, PER_CALL, COMPILE,
+    doc="`1` disables the on-disk cache, both kinds of entries (the in-memory cache stays).")
+disable_fallback_execution = _declare(
+    "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", True, parse_flag, PER_CALL, COMPILE,
+    doc=("`1`: a graph containing an op with no lowering raises `NeuronCompileError` listing the "
+         "ops and source lines; `0`: such a graph runs eagerly with a warning."))
+dynamo_disable_cpu_autocopy = _declare(
+    "TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", False, parse_flag, PER_CALL, COMPILE,
+    doc=('`1`: a CPU tensor passed to a compiled function raises "Input tensor at index N is on '
+         'cpu device" instead of being used as a device input.'))
+metrics_enabled = _declare(
+    "TORCH_NEURONX_METRICS_ENABLED", True, parse_flag, PER_CALL, COMPILE,
+    doc=("Read at each counted event and at each `get_dynamo_metrics()`. `1`: the counters of "
+         "`torch_neuronx.get_dynamo_metrics()` (compiles, compile seconds, cache hits, evictions, "
+         "graphs, recompiles) are collected; `0`: they are not (they keep the values they had, "
+         'zero when `0` from the start) and `get_dynamo_metrics()["enabled"]` is `False`; the log '
+         "lines stay. `graph_breaks` is PyTorch's own counter and is reported either way. "
+         "Differences from TorchNeuron, whose metrics are off unless this is set: the default here"
+         " is `1` (the counters are a few Python additions per compile, and scripts and docs here "
+         "read them without setting the variable); TorchNeuron also accepts `yes`, here it is an "
+         "error like any value outside the on/off spellings. Not affected: op tracking "
+         "(`get_fallback_ops()`, `get_executed_ops()`), always on."))
+
+# torch.distributed (torchrun's variables).
+local_rank = _declare(
+    "LOCAL_RANK", None, _integer, PER_CALL, DISTRIBUTED,
+    values="an integer",
+    external=True,
+    doc=('Set by `torchrun`; `init_process_group(backend="neuron")` binds the process to the '
+         "`LOCAL_RANK`-th visible core (an explicit `device_id` wins). A value that is not an "
+         "integer is an error naming it. More local ranks than visible cores is an error naming "
+         "both numbers. See [distributed.md](distributed.md)."))
+local_world_size = _declare(
+    "LOCAL_WORLD_SIZE", None, _integer_or_none, PER_CALL, DISTRIBUTED,
+    values="an integer",
+    external=True,
+    doc=("Set by `torchrun`: the number of processes on this node, checked against the visible "
+         "cores when the default process group is created (a value that is not an integer is "
+         "ignored)."))
+rank = _declare(
+    "RANK", "0", _verbatim, PER_CALL, DISTRIBUTED,
+    values="as set by the launcher",
+    external=True,
+    doc=("Set by `torchrun`: compilation artifacts go to `rank<RANK>/` under "
+         "`TORCH_NEURONX_DEBUG_DIR`."))
+
+# Other tools' variables, read as their owners define them.
+xdg_cache_home = _declare(
+    "XDG_CACHE_HOME", None, _verbatim, PER_CALL, OTHER_TOOLS,
+    values="a directory",
+    default_doc="`~/.cache` (also when empty)",
+    external=True,
+    doc=("Base of the default `TORCH_NEURONX_NEFF_CACHE_DIR`: "
+         "`$XDG_CACHE_HOME/torch_neuronx/neff`. Read at each cache access."))
+xla_flags = _declare(
+    "XLA_FLAGS", "", _verbatim, PER_CALL, OTHER_TOOLS,
+    values="XLA's flags",
+    default_doc="empty",
+    external=True,
+    doc=("Part of the key of every on-disk cache entry (read once per process, at the first cache "
+         "lookup), so entries compiled under other flags are not reused."))
+torch_compile_debug = _declare(
+    "TORCH_COMPILE_DEBUG", False, _pytorch_flag, PER_CALL, OTHER_TOOLS,
+    values="PyTorch's: on only when exactly `1`",
+    default_doc="unset",
+    external=True,
+    doc=("Read at each compile: with `1`, AOTAutograd runs through PyTorch's own `aot_autograd()` "
+         "helper, so PyTorch's debug logs of it appear."))
 
 # NKI simulator.
-PLATFORM_TARGET = _declare(
-    "NEURON_PLATFORM_TARGET_OVERRIDE", "trn2", _text, PER_CALL,
-    "Target generation of simulated NKI launches (trn2, trn3; checked by nki.targets).",
-    read_at="nki/targets.py get_target, at each launch")
+platform_target = _declare(
+    "NEURON_PLATFORM_TARGET_OVERRIDE", "trn2", _text, PER_CALL, NKI,
+    values="`trn2`, `trn3` (case-insensitive, surrounding spaces ignored)",
+    doc=("Target generation of simulated NKI launches: SBUF capacity per partition (224 KiB on "
+         "trn2, 256 KiB on trn3) and the default target of the cost model. An unknown value makes "
+         "the launch raise `NKIError` naming the variable and the known targets. "
+         "`nki.benchmark(kernel, target=...)` overrides it for that run."))
 
 # Profiling: the Neuron Runtime's whole-process capture (AWS's NEURON_RT_INSPECT_*),
 # emulated by torch_neuronx/profiling.py (docs/profiling.md).
-INSPECT_ENABLE = _declare(
-    "NEURON_RT_INSPECT_ENABLE", False, parse_flag, IMPORT,
-    "Profile the whole process (torch.profiler with device events) and write the trace at exit.",
-    read_at="profiling.start_from_environment, once")
-INSPECT_OUTPUT_DIR = _declare(
-    "NEURON_RT_INSPECT_OUTPUT_DIR", "./output", _text, IMPORT,
-    "Directory of the whole-process trace (<dir>/<instance>_pid_<pid>/<timestamp>/trace.json).",
-    read_at="profiling.start_from_environment, once")
-INSPECT_SYSTEM_PROFILE = _declare(
-    "NEURON_RT_INSPECT_SYSTEM_PROFILE", True, parse_flag, IMPORT,
-    "With INSPECT_ENABLE: record the per-kernel device events (ProfileMode.RUNTIME).",
-    read_at="profiling.start_from_environment, once")
-INSPECT_DEVICE_PROFILE = _declare(
-    "NEURON_RT_INSPECT_DEVICE_PROFILE", "0", _lower, IMPORT,
-    "With INSPECT_ENABLE: 0, 1/model or session: instruction-level traces (ProfileMode.DEVICE), not emulated (warns).",
-    read_at="profiling.start_from_environment, once")
-INSPECT_MAX_EVENTS_PER_NC = _declare(
-    "NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC", None, _integer, IMPORT,
-    "With INSPECT_ENABLE: device events kept per core (later ones dropped); None: no limit.",
-    read_at="profiling.start_from_environment, once")
-INSPECT_EVENT_FILTER_NC = _declare(
-    "NEURON_RT_INSPECT_EVENT_FILTER_NC", None, _text, IMPORT,
-    "With INSPECT_ENABLE: cores whose device events are recorded ('0', '0-3', '0,2,4'); None: all.",
-    read_at="profiling.start_from_environment, once")
-INSPECT_EVENT_FILTER_TYPE = _declare(
-    "NEURON_RT_INSPECT_EVENT_FILTER_TYPE", None, _text, IMPORT,
-    "With INSPECT_ENABLE: runtime event types to capture; not emulated (warns, ignored).",
-    read_at="profiling.start_from_environment, once")
-INSPECT_DEVICE_PROFILE_NUM_WARMUP = _declare(
-    "NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP", None, _text, IMPORT,
-    "With INSPECT_ENABLE: executions skipped before device profiling; not emulated (warns, ignored).",
-    read_at="profiling.start_from_environment, once")
+inspect_enable = _declare(
+    "NEURON_RT_INSPECT_ENABLE", False, parse_flag, IMPORT, PROFILING,
+    doc=("`1`: the process is profiled from the import of `torch_neuronx` to its exit "
+         "(`torch.profiler` with CPU and device activity), and the trace is written at exit to "
+         "`<NEURON_RT_INSPECT_OUTPUT_DIR>/emulated-<instance>-<host>_pid_<pid>/<timestamp>/trace.json`."
+         " As AWS says for Trainium, do not combine it with a `torch.profiler` of your own: one "
+         "profile runs at a time in a process."))
+inspect_output_dir = _declare(
+    "NEURON_RT_INSPECT_OUTPUT_DIR", "./output", _text, IMPORT, PROFILING,
+    values="a directory",
+    doc="Where the trace above is written.")
+inspect_system_profile = _declare(
+    "NEURON_RT_INSPECT_SYSTEM_PROFILE", True, parse_flag, IMPORT, PROFILING,
+    doc=("`1`: device events per kernel are recorded (`ProfileMode.RUNTIME`); `0` with "
+         "`NEURON_RT_INSPECT_DEVICE_PROFILE=0`: CPU events only."))
+inspect_device_profile = _declare(
+    "NEURON_RT_INSPECT_DEVICE_PROFILE", "0", parse_device_profile, IMPORT, PROFILING,
+    values=choices(DEVICE_PROFILE_VALUES) + " (case-insensitive)",
+    doc=("Trainium: instruction-level device traces (`ProfileMode.DEVICE`). Not emulated: any "
+         "value other than `0` warns and records the per-kernel device events only. Another value "
+         "makes the import fail, naming the variable."))
+inspect_max_events_per_nc = _declare(
+    "NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC", None, _integer, IMPORT, PROFILING,
+    values="an integer",
+    default_doc="unset (no limit)",
+    doc=("Device events kept per core. Difference: the runtime overwrites the oldest events past "
+         "the limit; the emulator drops the later ones (counted in the trace's "
+         "`neuron_dropped_events`)."))
+inspect_event_filter_nc = _declare(
+    "NEURON_RT_INSPECT_EVENT_FILTER_NC", None, _text, IMPORT, PROFILING,
+    values="core indices and ranges: `0`, `0-3`, `0,2,4`",
+    default_doc="unset (all cores)",
+    doc=("Device events of these cores only (device indices, `neuron:N`). A malformed value makes "
+         "the import fail, naming it."))
+inspect_event_filter_type = _declare(
+    "NEURON_RT_INSPECT_EVENT_FILTER_TYPE", None, _text, IMPORT, PROFILING,
+    values="runtime event types",
+    doc="Not emulated (the emulator has no runtime event types): a value warns and is ignored.")
+inspect_device_profile_num_warmup = _declare(
+    "NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP", None, _text, IMPORT, PROFILING,
+    values="an integer",
+    doc="Not emulated (belongs to the device profile): a value warns and is ignored.")
 
-# Other tools' variables.
-LOCAL_RANK = _declare(
-    "LOCAL_RANK", None, _integer, PER_CALL,
-    "torchrun's rank on this node: the visible core the process binds to.",
-    read_at="distributed/_backend.py, when the default process group is created", external=True)
-LOCAL_WORLD_SIZE = _declare(
-    "LOCAL_WORLD_SIZE", None, _integer_or_none, PER_CALL,
-    "torchrun's number of processes on this node (a malformed value is ignored).",
-    read_at="distributed/_backend.py, when the default process group is created", external=True)
-RANK = _declare(
-    "RANK", "0", _verbatim, PER_CALL,
-    "torchrun's global rank: the rank<RANK>/ subdirectory of compilation artifacts (text as given).",
-    read_at="compiler/artifacts.py", external=True)
-XDG_CACHE_HOME = _declare(
-    "XDG_CACHE_HOME", None, _verbatim, PER_CALL,
-    "Base of the default compile cache directory (default ~/.cache; empty counts as unset).",
-    read_at="compiler/cache.py", external=True)
-XLA_FLAGS = _declare(
-    "XLA_FLAGS", "", _verbatim, PER_CALL,
-    "XLA's flags: part of every compile-cache key.",
-    read_at="compiler/cache.py, once per process (the toolchain fingerprint is cached)", external=True)
-TORCH_COMPILE_DEBUG = _declare(
-    "TORCH_COMPILE_DEBUG", False, _pytorch_flag, PER_CALL,
-    "PyTorch's debug switch (on only when exactly '1', as PyTorch reads it): AOTAutograd's own helper runs.",
-    read_at="compiler/__init__.py, at each compile", external=True)
+# Hugging Face integrations.
+disable_integrations = _declare(
+    "TORCH_NEURONX_DISABLE_INTEGRATIONS", False, parse_flag, IMPORT, INTEGRATIONS,
+    doc=("`1`: the patches in `torch_neuronx/integrations/` are not installed, so transformers, "
+         "accelerate, PEFT, TRL, ... run exactly as published (to check whether a gap still "
+         "exists); so does Dynamo, which then traces into `torch.neuron`'s RNG state functions "
+         "instead of graph-breaking on them (docs/compile.md)."))
 
 
-# ------------------------------------------------------------ typed accessors
-# One per variable; each reads the environment when called.
-
-
-def instance() -> str:
-    """TORCH_NEURONX_INSTANCE: the instance profile's name (checked by device.profiles)."""
-    return INSTANCE.get()
-
-
-def visible_cores() -> str | None:
-    """NEURON_RT_VISIBLE_CORES as written (parsed by device.profiles), None when unset or empty."""
-    return VISIBLE_CORES.get()
-
-
-def num_cores() -> int | None:
-    """NEURON_RT_NUM_CORES, None when unset or empty (0 also means all cores)."""
-    return NUM_CORES.get()
-
-
-def logical_nc_config() -> int | None:
-    """NEURON_LOGICAL_NC_CONFIG (1 or 2), None when unset or empty (the platform's default)."""
-    return LOGICAL_NC_CONFIG.get()
-
-
-def fallback_mode() -> str:
-    """TORCH_NEURONX_FALLBACK as written ('warn' when unset)."""
-    return FALLBACK.get()
-
-
-def fp64_mode() -> str:
-    """TORCH_NEURONX_FP64, lower case ('emulate' when unset)."""
-    return FP64.get()
-
-
-def launch_blocking() -> bool:
-    """NEURON_LAUNCH_BLOCKING (a flag)."""
-    return LAUNCH_BLOCKING.get()
-
-
-def log_level() -> str | None:
-    """TORCH_NEURONX_LOG_LEVEL, upper case, or None when unset (checked by log.configure)."""
-    return LOG_LEVEL.get()
-
-
-def log_file() -> str | None:
-    """TORCH_NEURONX_LOG_FILE, or None when unset or empty."""
-    return LOG_FILE.get()
-
-
-def fallback_only_for_unimplemented_ops() -> bool:
-    """TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS (a flag)."""
-    return FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS.get()
-
-
-def metrics_enabled() -> bool:
-    """TORCH_NEURONX_METRICS_ENABLED (a flag, on by default)."""
-    return METRICS_ENABLED.get()
-
-
-def disable_integrations() -> bool:
-    """TORCH_NEURONX_DISABLE_INTEGRATIONS (a flag)."""
-    return DISABLE_INTEGRATIONS.get()
-
-
-def enable_stack_trace() -> bool:
-    """TORCH_NEURONX_ENABLE_STACK_TRACE (a flag)."""
-    return ENABLE_STACK_TRACE.get()
+# ------------------------------------------------------------------- helpers
 
 
 def child_environment(**variables: str) -> dict[str, str]:
@@ -414,125 +530,51 @@ def child_environment(**variables: str) -> dict[str, str]:
     return {**os.environ, **variables}
 
 
-def audit_dir() -> str | None:
-    """TORCH_NEURONX_AUDIT_DIR: where this process writes its audit record; None: not audited."""
-    return AUDIT_DIR.get()
-
-
-def debug_dir() -> str | None:
-    """TORCH_NEURONX_DEBUG_DIR, or None when unset."""
-    return DEBUG_DIR.get()
-
-
-def preserve_compilation_artifacts() -> bool:
-    """TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS (a flag)."""
-    return PRESERVE_COMPILATION_ARTIFACTS.get()
-
-
-def neff_cache_dir() -> str:
-    """TORCH_NEURONX_NEFF_CACHE_DIR, else $XDG_CACHE_HOME/torch_neuronx/neff
-    (~/.cache when XDG_CACHE_HOME is unset or empty). Whether the cache is on
-    at all is neff_disable_cache()."""
-    configured = NEFF_CACHE_DIR.get()
-    if configured:
-        return configured
-    base = XDG_CACHE_HOME.get() or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "torch_neuronx", "neff")
-
-
-def neff_cache_max_size() -> int | None:
-    """TORCH_NEURONX_NEFF_CACHE_MAX_SIZE in bytes (10 GiB when unset), None for no limit."""
-    return NEFF_CACHE_MAX_SIZE.get()
-
-
-def neff_disable_cache() -> bool:
-    """TORCH_NEURONX_NEFF_DISABLE_CACHE (a flag)."""
-    return NEFF_DISABLE_CACHE.get()
-
-
-def disable_fallback_execution() -> bool:
-    """TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION (a flag, on by default)."""
-    return DISABLE_FALLBACK_EXECUTION.get()
-
-
-def dynamo_disable_cpu_autocopy() -> bool:
-    """TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY (a flag)."""
-    return DYNAMO_DISABLE_CPU_AUTOCOPY.get()
-
-
-def platform_target() -> str:
-    """NEURON_PLATFORM_TARGET_OVERRIDE as written ('trn2' when unset; checked by nki.targets)."""
-    return PLATFORM_TARGET.get()
-
-
-def local_rank() -> int | None:
-    """LOCAL_RANK, None when unset; ValueError naming it when not an integer."""
-    return LOCAL_RANK.get()
-
-
-def local_world_size() -> int | None:
-    """LOCAL_WORLD_SIZE, None when unset or not an integer."""
-    return LOCAL_WORLD_SIZE.get()
-
-
-def rank() -> str:
-    """RANK as written ('0' when unset)."""
-    return RANK.get()
-
-
-def xla_flags() -> str:
-    """XLA_FLAGS as written ('' when unset)."""
-    return XLA_FLAGS.get()
-
-
-def torch_compile_debug() -> bool:
-    """TORCH_COMPILE_DEBUG as PyTorch reads it (exactly '1')."""
-    return TORCH_COMPILE_DEBUG.get()
-
-
-def inspect_enable() -> bool:
-    """NEURON_RT_INSPECT_ENABLE: profile the whole process."""
-    return INSPECT_ENABLE.get()
-
-
-def inspect_output_dir() -> str:
-    """NEURON_RT_INSPECT_OUTPUT_DIR (default ./output)."""
-    return INSPECT_OUTPUT_DIR.get()
-
-
-def inspect_system_profile() -> bool:
-    """NEURON_RT_INSPECT_SYSTEM_PROFILE (default on)."""
-    return INSPECT_SYSTEM_PROFILE.get()
-
-
-def inspect_device_profile() -> str:
-    """NEURON_RT_INSPECT_DEVICE_PROFILE: '0', '1', 'model' or 'session'."""
-    value = INSPECT_DEVICE_PROFILE.get()
-    if value not in ("0", "1", "model", "session"):
-        raise ValueError(f"{INSPECT_DEVICE_PROFILE.name}={value!r}: expected 0, 1, model or session")
-    return value
-
-
-def inspect_max_events_per_nc() -> int | None:
-    """NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC, None when unset."""
-    return INSPECT_MAX_EVENTS_PER_NC.get()
-
-
-def inspect_event_filter_nc() -> str | None:
-    """NEURON_RT_INSPECT_EVENT_FILTER_NC as written, None when unset."""
-    return INSPECT_EVENT_FILTER_NC.get()
-
-
-def inspect_event_filter_type() -> str | None:
-    """NEURON_RT_INSPECT_EVENT_FILTER_TYPE as written, None when unset."""
-    return INSPECT_EVENT_FILTER_TYPE.get()
-
-
-def inspect_device_profile_num_warmup() -> str | None:
-    """NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP as written, None when unset."""
-    return INSPECT_DEVICE_PROFILE_NUM_WARMUP.get()
-
-
 def project_variables() -> list[str]:
     """Names of the variables this project defines (TORCH_NEURONX_*, NEURON_*)."""
     return sorted(name for name, variable in VARIABLES.items() if not variable.external)
+
+
+# ------------------------------------------------------ docs/env-vars.md tables
+# The page's prose is written by hand; each table between these markers is
+# rendered from the declarations, by `python scripts/render_env_vars.py`
+# (tests/test_config.py fails when the page is stale).
+
+GENERATED_TABLE = re.compile(
+    r"(?P<begin><!-- generated from torch_neuronx/config.py, section (?P<section>[\w-]+):[^>]*-->\n)"
+    r"(?P<table>.*?)(?P<end><!-- end of generated table -->)", re.DOTALL)
+_READ = {IMPORT: "at import", PER_CALL: "when used"}
+
+
+def _default_cell(variable: Variable) -> str:
+    if variable.default_doc:
+        return variable.default_doc
+    if isinstance(variable.default, bool):
+        return "`1`" if variable.default else "`0`"
+    if variable.default is None:
+        return "unset"
+    if isinstance(variable.default, str) and variable.default:
+        return f"`{variable.default}`"
+    raise AssertionError(f"{variable.name}: say its default in default_doc=")
+
+
+def _row(variable: Variable) -> list[str]:
+    values = variable.values or ("`0`, `1`" if variable.parse is parse_flag else "")
+    if not values:
+        raise AssertionError(f"{variable.name}: say its values in values=")
+    return [f"`{variable.name}`", values, _default_cell(variable), _READ[variable.when], variable.doc]
+
+
+def markdown_table(section: str) -> str:
+    """The table of docs/env-vars.md that lists the variables of `section`, in declaration order."""
+    header = ["Variable", "Values", "Default", "Read", "Effect"]
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    lines += ["| " + " | ".join(_row(variable)) + " |"
+              for variable in VARIABLES.values() if variable.section == section]
+    return "\n".join(lines) + "\n"
+
+
+def render_page(text: str) -> str:
+    """docs/env-vars.md's text with every generated table rendered anew."""
+    return GENERATED_TABLE.sub(
+        lambda match: match["begin"] + markdown_table(match["section"]) + match["end"], text)

@@ -179,8 +179,8 @@ def start_from_environment() -> None:
     if config.inspect_device_profile() != "0":
         modes.append(ProfileMode.DEVICE)
     unsupported = [name for name, value in (
-        (config.INSPECT_EVENT_FILTER_TYPE.name, config.inspect_event_filter_type()),
-        (config.INSPECT_DEVICE_PROFILE_NUM_WARMUP.name, config.inspect_device_profile_num_warmup()))
+        (config.inspect_event_filter_type.name, config.inspect_event_filter_type()),
+        (config.inspect_device_profile_num_warmup.name, config.inspect_device_profile_num_warmup()))
         if value is not None]
     if unsupported:
         warnings.warn(f"torch_neuronx.profiling: {', '.join(unsupported)} not emulated (ignored): "

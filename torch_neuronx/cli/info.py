@@ -79,14 +79,14 @@ def _instance() -> dict:
     profile = neuron._PROFILE  # the profile in force: read once, at import, like the C++ core's sizes
     return {
         "type": profile.name,
-        "source": _source(config.INSTANCE, "default"),
+        "source": _source(config.instance, "default"),
         "platform": profile.platform,
         "core_generation": profile.core_generation,
         "chips": profile.chips,
         "logical_cores": profile.num_cores,
         "physical_cores": profile.physical_cores,
         "lnc": profile.lnc,
-        "lnc_source": _source(config.LOGICAL_NC_CONFIG, "default"),
+        "lnc_source": _source(config.logical_nc_config, "default"),
         "hbm_per_logical_core_bytes": profile.hbm_per_core,
         "hbm_total_bytes": profile.hbm_total,
         "fp8": profile.fp8,
@@ -108,7 +108,7 @@ def _compile_cache() -> dict:
 
     stats = cache.stats()
     source = "TORCH_NEURONX_NEFF_DISABLE_CACHE" if stats["directory"] is None else \
-        _source(config.NEFF_CACHE_DIR, "default")
+        _source(config.neff_cache_dir, "default")
     return {"enabled": stats["directory"] is not None, "source": source, **stats}
 
 

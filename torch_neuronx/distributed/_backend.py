@@ -39,9 +39,9 @@ def _visible_cores_origin() -> str:
     from torch_neuronx.neuron import profiles
 
     source = profiles.cores_source()
-    if source == config.VISIBLE_CORES.name:
+    if source == config.visible_cores.name:
         return f"NEURON_RT_VISIBLE_CORES={config.visible_cores()!r}"
-    if source == config.NUM_CORES.name:
+    if source == config.num_cores.name:
         return f"NEURON_RT_NUM_CORES={config.num_cores()}"
     return f"all cores of {profiles.describe(neuron._PROFILE)}"
 

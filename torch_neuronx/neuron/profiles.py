@@ -222,5 +222,5 @@ def visible_cores(profile: InstanceProfile) -> list[int]:
 def cores_source() -> str:
     """Which variable chose the visible cores: NEURON_RT_VISIBLE_CORES, NEURON_RT_NUM_CORES or 'all'."""
     if config.visible_cores() is not None:
-        return config.VISIBLE_CORES.name
-    return config.NUM_CORES.name if config.num_cores() else "all"
+        return config.visible_cores.name
+    return config.num_cores.name if config.num_cores() else "all"

@@ -53,7 +53,7 @@ TARGETS = {
                    dma_queue_bytes_per_ns=33.0, fp8_matmul_speedup=2517 / 671),
 }
 
-ENV_VAR = config.PLATFORM_TARGET.name  # NEURON_PLATFORM_TARGET_OVERRIDE
+ENV_VAR = config.platform_target.name  # NEURON_PLATFORM_TARGET_OVERRIDE
 
 
 def get_target(name: str | None = None) -> Target:

@@ -139,19 +139,14 @@ def apply_env_policies() -> None:
     # typo is an error). docs/env-vars.md says what is not emulated.
     config.launch_blocking()
     config.fallback_only_for_unimplemented_ops()
-    set_fallback_mode(config.fallback_mode())
-    mode = config.fp64_mode()
-    if mode not in _FP64_MODES:
-        raise ValueError(f"TORCH_NEURONX_FP64={mode!r}: expected one of {sorted(_FP64_MODES)}")
-    _C._set_fp64_mode(_FP64_MODES[mode])
+    _C._set_fallback_mode(_FALLBACK_MODES[config.fallback_mode()])
+    _C._set_fp64_mode(_FP64_MODES[config.fp64_mode()])
 
 
 def set_fallback_mode(mode: str) -> None:
-    """'warn' (default): CPU fallback with a warning per op; 'silent'; 'error'."""
-    key = mode.strip().lower()
-    if key not in _FALLBACK_MODES:
-        raise ValueError(f"TORCH_NEURONX_FALLBACK={mode!r}: expected one of {sorted(_FALLBACK_MODES)}")
-    _C._set_fallback_mode(_FALLBACK_MODES[key])
+    """'warn' (default): CPU fallback with a warning per op; 'silent'; 'error'.
+    Checked as TORCH_NEURONX_FALLBACK is (any letter case; an error names the variable)."""
+    _C._set_fallback_mode(_FALLBACK_MODES[config.fallback_mode.parse_text(mode)])
 
 
 def get_fallback_mode() -> str:

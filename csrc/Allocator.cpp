@@ -1,4 +1,5 @@
 #include "Allocator.h"
+#include "HostMemory.h"
 #include "Runtime.h"
 
 #include <c10/util/ApproximateClock.h>
@@ -290,6 +291,33 @@ void freeBlock(void* data) {
       "it has at 2). See torch.neuron.memory_summary() for details.");
 }
 
+// New segments are checked against the host's memory first: the emulated HBM
+// is host memory, and a host smaller than the instance it emulates would
+// otherwise be found out by the kernel's OOM killer, with no word from us.
+constexpr size_t kHostCheckMin = 64ull << 20;
+// Left to the rest of the process and the machine when a segment is checked.
+constexpr int64_t kHostHeadroom = 512ll << 20;
+
+[[noreturn]] void throwHostOutOfMemory(
+    c10::DeviceIndex device, size_t request, DeviceMemory& memory, const HostMemoryLimit& host,
+    const Context& stack) {
+  memory.stats.num_ooms++;
+  memory.history.record(TraceEntry::OOM, device, 0, request, stack);
+  const std::string room = host.available >= 0
+      ? formatBytes(static_cast<size_t>(host.available)) + " more (" + host.source + ")"
+      : std::string("no more");
+  TORCH_CHECK_WITH(
+      OutOfMemoryError,
+      false,
+      "NEURON out of host memory. Tried to allocate ", formatBytes(request), " on NeuronCore ",
+      static_cast<int>(device), ": the emulated device keeps its HBM in this machine's memory, and the "
+      "machine can give only ", room, ". The emulated core holds ", formatBytes(memory.reserved),
+      " and has a capacity of ", formatBytes(static_cast<size_t>(deviceCapacity(device))),
+      ": the emulated instance is larger than this host, which ran out first (a real instance "
+      "would not). Use a smaller model or batch, a smaller instance profile (TORCH_NEURONX_INSTANCE), "
+      "or a machine with more memory.");
+}
+
 // Allocates a new segment, flushing the cache once if the core is full.
 // `stack`: the allocation's (history on).
 Block* newBlock(c10::DeviceIndex device, size_t size, bool small, DeviceMemory& memory,
@@ -305,12 +333,25 @@ Block* newBlock(c10::DeviceIndex device, size_t size, bool small, DeviceMemory& 
   const size_t alignment = small ? kAlignment : kPageSize;
   const size_t offset = small ? kHeader : kPageSize;
   const size_t total = (offset + size + alignment - 1) / alignment * alignment;
+  // Checked for a large segment, and after every kHostCheckMin of smaller ones in all.
+  static std::atomic<size_t> unchecked{0};
+  if (total >= kHostCheckMin || unchecked.fetch_add(total) + total >= kHostCheckMin) {
+    unchecked = 0;
+    auto host = hostMemoryLimit();
+    if (host.available >= 0 && static_cast<int64_t>(total) + kHostHeadroom > host.available) {
+      memory.releaseCached(stack);  // cached segments are host memory too
+      host = hostMemoryLimit();
+      if (host.available >= 0 && static_cast<int64_t>(total) + kHostHeadroom > host.available) {
+        throwHostOutOfMemory(device, size, memory, host, stack);
+      }
+    }
+  }
   void* base = std::aligned_alloc(alignment, total);
   if (base == nullptr) {
     memory.releaseCached(stack);
     base = std::aligned_alloc(alignment, total);
-    if (base == nullptr) {
-      throwOutOfMemory(device, size, memory, stack);
+    if (base == nullptr) {  // within the emulated capacity: the host is what ran out
+      throwHostOutOfMemory(device, size, memory, hostMemoryLimit(), stack);
     }
   }
   char* data = static_cast<char*>(base) + offset;

@@ -219,6 +219,9 @@ def test_info_text_names_the_instance_and_hbm_without_importing_jax(tmp_path):
                                      f"{info.size(profile.hbm_total)} total")
     cores = next(line for line in lines if line.startswith("cores "))
     assert cores.split(None, 1)[1] == "8 logical NeuronCore-v4, 8 physical (LNC=1, NEURON_LOGICAL_NC_CONFIG)"
+    # The host's memory beside the emulated HBM: trn3.3xlarge's 144 GiB exceed any machine this runs on.
+    host = next(line for line in lines if line.startswith("host memory "))
+    assert re.search(r"GiB total, [\d.]+ \w+ available \(less than the visible cores' HBM", host), host
 
 
 @pytest.mark.parametrize("count,text", [(0, "0 B"), (1023, "1023 B"), (1536, "1.5 KiB"),

@@ -2,7 +2,9 @@
 
 Checks are made on deltas (other live tensors in the process do not matter),
 mostly on the last core so that the default core's state does not interfere.
-Big allocations are never touched, so they cost address space, not RAM.
+Big allocations are never touched, so they cost address space, not RAM; they
+still must fit in what the host has available (half a core's HBM at most), or
+the allocator raises its host-memory error.
 """
 
 from __future__ import annotations
@@ -301,23 +303,25 @@ def test_out_of_memory_is_cuda_like_and_recoverable():
     # the allocator still works afterwards
     x = torch.arange(1000, dtype=torch.float32, device=f"neuron:{DEV}")
     torch.testing.assert_close((x * 2).sum().cpu(), torch.tensor(999.0 * 1000))
-    big = _bytes(capacity // 2)
+    # Two blocks that do not fit together, each as small as that allows: the emulated HBM is
+    # host memory, and a block the host cannot give raises the host's error instead.
+    big = _bytes(capacity // 2 + MiB)
     with pytest.raises(torch.OutOfMemoryError, match="Tried to allocate"):
-        _bytes(capacity // 2 + capacity // 4)
+        _bytes(capacity // 2)
     del big
-    again = _bytes(capacity // 2 + capacity // 4)  # fits once the first block is gone
+    again = _bytes(capacity // 2)  # fits once the first block is gone
     del again, hold, x, info
     assert _stats()["num_ooms"] == ooms + 2
 
 
 def test_oom_retries_after_flushing_the_cache():
     capacity = torch.neuron.get_device_properties(DEV).total_memory
-    size = capacity // 2 + capacity // 8  # two of these do not fit
+    size = capacity // 2  # a size class of its own (classes are quarters of a power of two)
     x = _bytes(size)
     del x  # cached: reserved still holds it
     assert torch.neuron.memory_reserved(DEV) >= size
     retries = _stats()["num_alloc_retries"]
-    y = _bytes(size + capacity // 16)  # too big to reuse the cached block; fits after a flush
+    y = _bytes(size + MiB)  # the next class (14 GiB of 24): no reuse, no room beside it; fits after a flush
     assert _stats()["num_alloc_retries"] == retries + 1
     assert torch.neuron.memory_reserved(DEV) < 2 * size
     del y
@@ -418,3 +422,79 @@ def test_large_blocks_start_on_a_page_boundary_and_small_ones_on_64_bytes():
         assert torch.empty(numel, device="neuron").data_ptr() % 4096 == 0
     for numel in (1, 100, 2**17):
         assert torch.empty(numel, device="neuron").data_ptr() % 64 == 0
+
+
+# ------------------------------------------------------------------ a host smaller than the device
+
+HOST_LIMIT_SCRIPT = r"""
+import json, resource, torch
+torch.ones(1, device="neuron")  # the runtime is up before the limit is set
+pages = int(open("/proc/self/statm").read().split()[0])
+room = 1 << 30  # the address space may grow by 1 GiB more
+limit = pages * resource.getpagesize() + room
+resource.setrlimit(resource.RLIMIT_AS, (limit, resource.RLIM_INFINITY))
+out = {}
+try:
+    torch.empty(2 << 30, dtype=torch.uint8, device="neuron")
+except torch.OutOfMemoryError as error:
+    out["large"] = str(error)
+held = []
+try:
+    for _ in range(200):  # 10 MiB blocks, touched: a model growing past the host's memory
+        held.append(torch.ones(10 << 20, dtype=torch.uint8, device="neuron"))
+except torch.OutOfMemoryError as error:
+    out["growing"] = str(error)
+out["held_mib"] = 10 * len(held)
+del held
+out["after"] = torch.ones(64 << 20, dtype=torch.uint8, device="neuron").numel()  # it recovers
+out["ooms"] = torch.neuron.memory_stats(0)["num_ooms"]
+print(json.dumps(out))
+"""
+
+
+def test_host_out_of_memory_is_a_clear_error():
+    """Under an address-space limit (RLIMIT_AS) far below the emulated 24 GiB core, an
+    allocation the host cannot give raises torch.OutOfMemoryError saying the host ran out,
+    not the emulated HBM, with what to do; the program goes on after freeing memory."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_NEURONX_", "NEURON_"))}
+    proc = subprocess.run([sys.executable, "-c", HOST_LIMIT_SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    for key in ("large", "growing"):
+        message = out[key]
+        assert message.startswith("NEURON out of host memory. Tried to allocate"), message
+        assert "RLIMIT_AS" in message and "the emulated instance is larger than this host" in message
+        assert "TORCH_NEURONX_INSTANCE" in message and "has a capacity of 24.00 GiB" in message
+    assert "2.00 GiB" in out["large"]
+    assert 0 < out["held_mib"] < 1024  # stopped before the limit, not at the 2000 MiB asked
+    assert out["after"] == 64 << 20 and out["ooms"] == 2
+
+
+def test_an_allocation_beyond_the_hosts_available_memory_is_refused():
+    """MemAvailable, not the emulated capacity, is the limit when it is the smaller:
+    a trn3 core (36 GiB) on this host is refused what the host cannot give."""
+    import os
+    import subprocess
+    import sys
+
+    available = next(int(line.split()[1]) * 1024 for line in open("/proc/meminfo")
+                     if line.startswith("MemAvailable:"))
+    request = available + GiB
+    if request >= 36 * GiB:
+        pytest.skip(f"this host has {available / GiB:.1f} GiB available: more than a trn3 core holds")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_NEURONX_", "NEURON_"))}
+    env["TORCH_NEURONX_INSTANCE"] = "trn3.3xlarge"
+    script = ("import torch\n"
+              "try:\n"
+              f"    torch.empty({request}, dtype=torch.uint8, device='neuron')\n"
+              "except torch.OutOfMemoryError as error:\n"
+              "    print(error)\n")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "NEURON out of host memory" in proc.stdout and "(MemAvailable)" in proc.stdout, proc.stdout

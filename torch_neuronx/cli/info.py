@@ -42,6 +42,7 @@ def collect() -> dict:
         "versions": _versions(),
         "instance": _instance(),
         "visible_cores": _visible_cores(),
+        "host_memory": _host_memory(),
         "compile_cache": _compile_cache(),
         "policies": _policies(),
         "integrations": _integrations(),
@@ -102,6 +103,19 @@ def _visible_cores() -> dict:
             "hbm_bytes": len(cores) * neuron._PROFILE.hbm_per_core}
 
 
+def _host_memory() -> dict:
+    """The machine's memory, which holds the emulated HBM (/proc/meminfo; None where unknown)."""
+    values = {}
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                values[key] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return {"total_bytes": values.get("MemTotal"), "available_bytes": values.get("MemAvailable")}
+
+
 def _compile_cache() -> dict:
     from torch_neuronx import config
     from torch_neuronx.compiler import cache
@@ -156,7 +170,17 @@ def _instance_rows(report: dict) -> list[tuple[str, str]]:
         ("FP8", "yes" if instance["fp8"] else "no (Trainium3 only)"),
         ("visible cores", f"{core_ranges(visible['cores'])} ({visible['source']}), "
                           f"{size(visible['hbm_bytes'])} HBM"),
+        ("host memory", _host_text(report["host_memory"], visible["hbm_bytes"])),
     ]
+
+
+def _host_text(host: dict, hbm_bytes: int) -> str:
+    if host["total_bytes"] is None:
+        return "unknown"
+    text = f"{size(host['total_bytes'])} total, {size(host['available_bytes'] or 0)} available"
+    if host["available_bytes"] is not None and host["available_bytes"] < hbm_bytes:
+        text += " (less than the visible cores' HBM: the host runs out first, with its own error)"
+    return text
 
 
 def _state_rows(report: dict) -> list[tuple[str, str]]:

@@ -367,7 +367,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_audit_stop", &tn::stopRecording);
   m.def("_audit_signatures", [](bool at_mark) {
     std::vector<std::tuple<int64_t, int64_t, int64_t>> rows;
-    for (const auto& totals : at_mark ? tn::signaturesAtMark() : tn::recordedSignatures()) {
+    for (const auto& totals : tn::recordedSignatures(at_mark)) {
       rows.emplace_back(totals.id, totals.calls, totals.host_ns);
     }
     return rows;

@@ -309,13 +309,14 @@ void stopRecording() {
   detail::g_device_hooks.fetch_and(static_cast<uint8_t>(~detail::kAuditHook));
 }
 
-std::vector<SignatureTotals> recordedSignatures() {
+std::vector<SignatureTotals> recordedSignatures(bool at_mark) {
   auto& t = table();
   std::lock_guard<std::mutex> lock(t.mutex);
   std::vector<SignatureTotals> result;
   result.reserve(t.by_id.size());
   for (const auto* entry : t.by_id) {
-    result.push_back({entry->id, entry->calls.load(), entry->host_ns.load()});
+    result.push_back(at_mark ? SignatureTotals{entry->id, entry->calls_at_mark, entry->host_ns_at_mark}
+                             : SignatureTotals{entry->id, entry->calls.load(), entry->host_ns.load()});
   }
   return result;
 }
@@ -333,17 +334,6 @@ void markStepTotals() {
     entry->calls_at_mark = entry->calls.load();
     entry->host_ns_at_mark = entry->host_ns.load();
   }
-}
-
-std::vector<SignatureTotals> signaturesAtMark() {
-  auto& t = table();
-  std::lock_guard<std::mutex> lock(t.mutex);
-  std::vector<SignatureTotals> result;
-  result.reserve(t.by_id.size());
-  for (const auto* entry : t.by_id) {
-    result.push_back({entry->id, entry->calls_at_mark, entry->host_ns_at_mark});
-  }
-  return result;
 }
 
 int64_t recordedCalls() {

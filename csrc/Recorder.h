@@ -78,16 +78,16 @@ struct SignatureTotals {
   int64_t calls;
   int64_t host_ns;
 };
-std::vector<SignatureTotals> recordedSignatures();
+// Every signature's totals now, or (at_mark) as they were at the last markStepTotals().
+std::vector<SignatureTotals> recordedSignatures(bool at_mark = false);
 // While true, this thread's device calls are not recorded (as inside the
 // callbacks): the audit's own work, such as counting a batch's tokens, is not
 // the audited program's. Returns the previous value, to restore it.
 bool setIgnoringCalls(bool ignoring);
 // The end of a step: keeps every signature's totals as they are now (a copy of
 // two counters each, cheap enough for every step), read back by
-// signaturesAtMark(). Signatures first seen after the mark read 0.
+// recordedSignatures(true). Signatures first seen after the mark read 0.
 void markStepTotals();
-std::vector<SignatureTotals> signaturesAtMark();
 int64_t recordedCalls();
 
 // One recorded call. Constructed before the kernel runs (the arguments are

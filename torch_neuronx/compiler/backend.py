@@ -11,7 +11,7 @@ import torch
 
 from torch_neuronx import config
 from torch_neuronx.audit import recorder
-from torch_neuronx.compiler import aot, dynamo_hooks, float8, metrics
+from torch_neuronx.compiler import aot, float8, metrics
 from torch_neuronx.compiler.errors import NeuronCompileError
 
 _warned_modes: set[str] = set()
@@ -86,7 +86,6 @@ def _compiler(kind: str):
 
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None, **kwargs):
     """The Dynamo backend registered as "neuron"."""
-    dynamo_hooks.install()
     if mode not in (None, "default") and mode not in _warned_modes:
         _warned_modes.add(mode)
         warnings.warn(

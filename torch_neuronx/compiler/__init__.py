@@ -9,8 +9,8 @@ Modules, one job each: backend.py (the entry point and compile_graph, the
 per-graph policy), dynamo.py (every Dynamo patch, applied when torch._dynamo
 is imported), aot.py (AOTAutograd and its
 decompositions), lowerability.py (which ops cannot be compiled, and the error
-text), executable.py (CompiledGraph and the executable cache), outputs.py
-(what AOTAutograd receives and caches), metrics.py, cache.py / aot_cache.py
+text), executable.py (CompiledGraph and the executable cache), runners.py
+(the runners AOTAutograd receives and caches), metrics.py, cache.py / aot_cache.py
 (disk caches). The FX interpreter and torch<->jax conversions are in
 torch_neuronx.lowering (interpreter.py, conversions.py).
 """

@@ -43,7 +43,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
     one executable. `example_inputs` is unused: executables are compiled for
     the inputs of the first call."""
     from torch_neuronx.compiler.lowerability import unlowered_message, unlowered_ops
-    from torch_neuronx.compiler.outputs import BoxedOutput, GraphRunner
+    from torch_neuronx.compiler.runners import BoxedOutput, GraphRunner
     from torch_neuronx.compiler.partition import is_custom_op, split_around_custom_ops
 
     metrics.record_graph(kind)

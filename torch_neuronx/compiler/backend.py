@@ -40,11 +40,11 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
     a split around custom ops (each piece through this policy), the
     lowerability check (ops with no lowering raise NeuronCompileError, or with
     TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0 run the graph eagerly), then
-    one executable. `example_inputs` is unused: executables are compiled for
-    the inputs of the first call."""
+    one executable. `example_inputs` is unused: the executable is compiled at
+    the first call with each input signature (compiler/executable.py)."""
     from torch_neuronx.compiler.lowerability import unlowered_message, unlowered_ops
-    from torch_neuronx.compiler.runners import BoxedOutput, GraphRunner
     from torch_neuronx.compiler.partition import is_custom_op, split_around_custom_ops
+    from torch_neuronx.compiler.runners import BoxedOutput, GraphRunner
 
     metrics.record_graph(kind)
     float8.check_graph(gm)  # FP8 compute on this profile, float4 casts: refused with the user's line

@@ -141,9 +141,9 @@ def test_default_backend_on_neuron_compiles_with_the_neuron_backend(mode, monkey
     code for neuron, so graphs on neuron go to the neuron backend (one warning
     per process), forward and backward, and new shapes recompile statically
     (Dynamo's automatic dynamic shapes would otherwise make them symbolic)."""
-    from torch_neuronx.compiler import default_backend
+    from torch_neuronx.compiler import dynamo
 
-    monkeypatch.setattr(default_backend, "_warned", [False])
+    monkeypatch.setattr(dynamo, "_warned", [False])
     eager = mlp().to(DEVICE)
     compiled_model = copy.deepcopy(eager)
     compiled = torch.compile(compiled_model) if mode is None else torch.compile(compiled_model, mode=mode)

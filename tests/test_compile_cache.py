@@ -552,3 +552,37 @@ def test_executables_are_stored_with_the_custom_calls_a_warm_start_prepares(tmp_
     assert targets and all(name.startswith("lapack_") for name in targets)
     q, r = cache.load("qr")(x)
     np.testing.assert_allclose(np.asarray(q @ r), np.asarray(x), rtol=1e-6, atol=1e-6)
+
+
+def test_a_decomposition_changed_outside_lowering_and_compiler_changes_the_key(tmp_path, monkeypatch):
+    """An upgrade that changes only ops/float8.py (the _scaled_mm_v2
+    decomposition compiler/aot.py applies) must not load executables built by
+    the old code: the key covers every source file of the package."""
+    import pathlib
+    import shutil
+
+    import torch_neuronx
+    from torch_neuronx.compiler import cache
+
+    package = pathlib.Path(torch_neuronx.__file__).parent
+    copy = tmp_path / "torch_neuronx"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    decompositions = copy / "ops" / "float8.py"
+    assert decompositions in cache.package_sources(copy)
+
+    def key_of(root: pathlib.Path) -> str:
+        monkeypatch.setattr(torch_neuronx, "__file__", str(root / "__init__.py"))
+        cache._toolchain_fingerprint.cache_clear()
+        return cache.graph_key([b"the same graph"])
+
+    try:
+        installed, copied = key_of(package), key_of(copy)
+        text = decompositions.read_text()
+        old = "return torch.ops.aten._scaled_mm.default(*scaled_mm_v2_as_v1(*args, **kwargs))"
+        assert old in text
+        decompositions.write_text(text.replace(old, "out = " + old[len("return "):] + "\n    return out"))
+        changed = key_of(copy)
+    finally:
+        cache._toolchain_fingerprint.cache_clear()
+    assert installed == copied  # same sources, same key (the digest names files relative to the package)
+    assert changed != copied

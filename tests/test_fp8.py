@@ -44,7 +44,8 @@ import seeds
 import torch_neuronx
 from torch_neuronx.compiler import NeuronCompileError
 from torch_neuronx.neuron import profiles
-from torch_neuronx.ops import float8, support
+from torch_neuronx import op_support as support
+from torch_neuronx.ops import float8
 
 DEVICE = "neuron"
 FP8 = [torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e8m0fnu]
@@ -593,7 +594,7 @@ def test_ops_command_answers_per_profile(monkeypatch):
 TRN3_SCRIPT = r"""
 import json, torch
 import torch_neuronx
-from torch_neuronx.ops import support
+from torch_neuronx import op_support as support
 a = (torch.randn(32, 64) * 3).to(torch.float8_e4m3fn)
 b = (torch.randn(16, 64) * 3).to(torch.float8_e4m3fn).t()
 sa, sb = torch.rand(32, 1) + 0.1, torch.rand(1, 16) + 0.1

@@ -1,4 +1,4 @@
-"""`torch-neuronx ops` and docs/supported-operators.md (torch_neuronx/ops/support.py).
+"""`torch-neuronx ops` and docs/supported-operators.md (torch_neuronx/op_support.py).
 
 The page is regenerated in memory and compared with the file. The command's
 answers are checked against the registry and the lowering table, and the
@@ -25,7 +25,8 @@ import torch.nn.functional as F
 import torch_neuronx
 from torch_neuronx import cli, lowering
 from torch_neuronx.compiler import NeuronCompileError, decomposition_table
-from torch_neuronx.ops import registry, support
+from torch_neuronx import op_support as support
+from torch_neuronx.ops import registry
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEVICE = "neuron"

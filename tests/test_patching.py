@@ -4,6 +4,7 @@ one way to hide a kernel from Dynamo."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -68,10 +69,10 @@ LIST_PATCHES = """
         except ImportError:
             pass
     from torch_neuronx import distributed, integrations, patching
-    from torch_neuronx.compiler import default_backend
+    from torch_neuronx.compiler import dynamo
     from torch_neuronx.neuron import printing
     before = patching.applied()
-    printing.install(); default_backend.install(); distributed._record_device_id()
+    printing.install(); dynamo.install(); distributed._record_device_id()
     print(json.dumps({
         "patches": [[p.target, p.by, p.why, p.installed(), patching.is_patched(p.replacement)]
                     for p in patching.applied()],
@@ -144,19 +145,19 @@ def test_no_other_patch_or_dynamo_hiding_mechanism():
         assert "_neuron_hook" not in text, relative
 
 
-# The Dynamo hooks (compiler/dynamo_hooks.py) go through the helper: installed
+# The Dynamo hooks (compiler/dynamo.py) go through the helper: installed
 # before the first compile, they keep both behaviours: static shapes per neuron
 # frame (a new shape recompiles, no symbolic sizes) and recorded recompile reasons.
 DYNAMO_HOOKS_THROUGH_THE_HELPER = """
     import json, torch, torch_neuronx
     from torch_neuronx import patching
-    from torch_neuronx.compiler import dynamo_hooks
+    from torch_neuronx.compiler import dynamo
 
     fn = torch.compile(lambda x: (x * 2).sum(), backend="neuron")
     for n in (3, 4, 5):
         fn(torch.ones(n, device="neuron"))
     before = len(patching.applied())
-    dynamo_hooks.install()  # again: nothing changes
+    dynamo.install()  # again: nothing changes
     metrics = torch_neuronx.get_dynamo_metrics()
     print(json.dumps({"compiles": metrics["compiles"], "reasons": metrics["recompile_reasons"],
                       "marked": [p.target for p in patching.applied() if "convert_frame" in p.target],
@@ -175,3 +176,33 @@ def test_dynamo_hooks_can_go_through_the_helper():
     assert report["installed"] and report["unchanged"]
     assert report["compiles"] >= 3  # one static executable per shape (no symbolic recompile)
     assert len(report["reasons"]) == 2, report["reasons"]
+
+
+# Every Dynamo patch (compiler/dynamo.py) waits for torch._dynamo's import, one
+# trigger, and is the backend's own: TORCH_NEURONX_DISABLE_INTEGRATIONS
+# (third-party libraries) leaves it on.
+DYNAMO_PATCHES_AT_DYNAMO_IMPORT = """
+    import json, sys, torch, torch_neuronx
+    from torch_neuronx import patching
+    before = [p.target for p in patching.applied()]
+    dynamo_loaded = "torch._dynamo" in sys.modules
+    import torch._dynamo
+    after = [p.target for p in patching.applied()]
+    print(json.dumps({"dynamo_loaded": dynamo_loaded, "new": after[len(before):],
+                      "by": sorted({p.by for p in patching.applied()[len(before):]})}))
+"""
+
+
+@pytest.mark.parametrize("disable_integrations", ["0", "1"])
+def test_every_dynamo_patch_applies_when_dynamo_is_imported(disable_integrations):
+    env = {**os.environ, "TORCH_NEURONX_DISABLE_INTEGRATIONS": disable_integrations}
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(DYNAMO_PATCHES_AT_DYNAMO_IMPORT)],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert not report["dynamo_loaded"]  # import torch_neuronx does not pay for Dynamo
+    assert report["by"] == ["torch_neuronx.compiler.dynamo"]
+    for target in ("torch._dynamo.convert_frame._compile",
+                   "torch._dynamo.convert_frame.get_and_maybe_log_recompilation_reasons",
+                   "torch._TorchCompileInductorWrapper.__call__", "torch_neuronx.neuron.get_rng_state"):
+        assert target in report["new"], report["new"]

@@ -112,9 +112,10 @@ except ValueError as error:  # TORCH_NEURONX_DISABLE_INTEGRATIONS
     _configuration_error(error)
     raise
 
-from torch_neuronx.compiler import default_backend  # noqa: E402
-
-default_backend.install()  # torch.compile(model) (Inductor, the default) on neuron tensors -> "neuron"
+# Every Dynamo patch (static shapes per neuron frame, recompile reasons,
+# torch.compile(model)'s default backend on neuron tensors -> "neuron", RNG
+# graph breaks) applies when torch._dynamo is imported, not now.
+from torch_neuronx.compiler import dynamo as _dynamo_patches  # noqa: E402, F401
 
 from torch_neuronx.audit import recorder as _audit_recorder  # noqa: E402
 

@@ -1,6 +1,6 @@
 """``torch-neuronx ops [NAME ...] [--all] [--json]``: where ATen ops run on the
 neuron device, in eager mode and under torch.compile, with their dtype rules
-and overloads. The answers are torch_neuronx.ops.support's (the native op
+and overloads. The answers are torch_neuronx.op_support's (the native op
 registry, the dispatcher, the lowering table, the compiler's decompositions),
 the same that generate docs/supported-operators.md.
 
@@ -29,7 +29,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from torch_neuronx.ops import support
+    from torch_neuronx import op_support as support
 
     if args.names and args.all:  # a usage error: argparse's format and exit code
         args.ops_parser.print_usage(sys.stderr)

@@ -5,20 +5,19 @@ XLA executable -> run with DLPack inputs/outputs. No Inductor.
 The backend is found by name through the ``torch_dynamo_backends`` entry point,
 so importing torch does not import JAX or Dynamo.
 
-Modules, one job each: backend.py (the entry point, per-graph policy),
-dynamo_hooks.py (wrapped Dynamo internals), aot.py (AOTAutograd and its
+Modules, one job each: backend.py (the entry point and compile_graph, the
+per-graph policy), dynamo.py (every Dynamo patch, applied when torch._dynamo
+is imported), aot.py (AOTAutograd and its
 decompositions), lowerability.py (which ops cannot be compiled, and the error
-text), executable.py (CompiledGraph and the executable cache), outputs.py
-(what AOTAutograd receives and caches), metrics.py, cache.py / aot_cache.py
+text), executable.py (CompiledGraph and the executable cache), runners.py
+(the runners AOTAutograd receives and caches), metrics.py, cache.py / aot_cache.py
 (disk caches). The FX interpreter and torch<->jax conversions are in
 torch_neuronx.lowering (interpreter.py, conversions.py).
 """
 
 from __future__ import annotations
 
-import sys
-
-from torch_neuronx.compiler import dynamo_hooks, metrics
+from torch_neuronx.compiler import metrics
 from torch_neuronx.compiler.aot import decomposition_table
 from torch_neuronx.compiler.backend import neuron_backend
 from torch_neuronx.compiler.errors import NeuronCompileError
@@ -34,10 +33,3 @@ def get_dynamo_metrics() -> dict:
 def reset_dynamo_metrics() -> None:
     metrics.reset()
 
-
-# torch.compile looks the backend up (importing this module) before Dynamo
-# traces anything; installing the hooks now covers the first frame too. When
-# Dynamo is not loaded yet, no frame has size history and the backend's first
-# call installs them.
-if "torch._dynamo" in sys.modules:
-    dynamo_hooks.install()

@@ -1,5 +1,6 @@
-"""The Dynamo backend registered as "neuron" (neuron_backend): per graph, the
-lowerability check, then either one executable or the eager fallback."""
+"""The Dynamo backend registered as "neuron" (neuron_backend) and the per-graph
+policy (compile_graph): the lowerability check, then either one executable or
+the eager fallback."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 
 from torch_neuronx import config
 from torch_neuronx.audit import recorder
-from torch_neuronx.compiler import aot, dynamo_hooks, float8, metrics
+from torch_neuronx.compiler import aot, float8, metrics
 from torch_neuronx.compiler.errors import NeuronCompileError
 
 _warned_modes: set[str] = set()
@@ -32,62 +33,59 @@ def _raise(error: Exception, args) -> None:
     raise error
 
 
-def _compiler(kind: str):
-    def compile_fn(gm: torch.fx.GraphModule, example_inputs):
-        from torch_neuronx.compiler.lowerability import unlowered_message, unlowered_ops
-        from torch_neuronx.compiler.outputs import BoxedOutput
-        from torch_neuronx.compiler.partition import is_custom_op, split_around_custom_ops
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
+    """The per-graph policy, the one place it lives: one ATen graph from
+    AOTAutograd (kind: "forward", "backward" or "inference") -> what
+    AOTAutograd calls (a boxed callable). In order: the FP8 and float4 rules,
+    a split around custom ops (each piece through this policy), the
+    lowerability check (ops with no lowering raise NeuronCompileError, or with
+    TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0 run the graph eagerly), then
+    one executable. `example_inputs` is unused: the executable is compiled at
+    the first call with each input signature (compiler/executable.py)."""
+    from torch_neuronx.compiler.lowerability import unlowered_message, unlowered_ops
+    from torch_neuronx.compiler.partition import is_custom_op, split_around_custom_ops
+    from torch_neuronx.compiler.runners import BoxedOutput, GraphRunner
 
-        metrics.record_graph(kind)
-        float8.check_graph(gm)  # FP8 compute on this profile, float4 casts: refused with the user's line
-        if any(is_custom_op(node) for node in gm.graph.nodes):
-            split = split_around_custom_ops(gm, lambda piece: compile_fn(piece, None))
-            return BoxedOutput(lambda args: split.forward(*args))
-        missing = unlowered_ops(gm)
-        if missing and recorder.ACTIVE is not None:
-            recorder.ACTIVE.note_unlowered(kind, missing)
-        if missing:
-            listing = "\n".join(f"  {m.op}  at {m.source}" for m in missing)
-            if config.disable_fallback_execution():
-                error = NeuronCompileError(unlowered_message(kind, missing, listing))
-                if kind == "backward":
-                    # Raised when the backward runs: with the AOTAutograd result
-                    # cache on, backward graphs arrive with the forward one, and a
-                    # forward whose backward never runs (evaluation without
-                    # no_grad) must keep working.
-                    return BoxedOutput(functools.partial(_raise, error))
-                raise error
-            warnings.warn(
-                f"torch_neuronx: running the {kind} graph eagerly (TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0) "
-                f"because these ops have no lowering:\n{listing}"
-            )
-            return BoxedOutput(lambda args: gm.forward(*args))
-        return _compiled(gm, kind)  # checked above: the check runs once per graph
+    metrics.record_graph(kind)
+    float8.check_graph(gm)  # FP8 compute on this profile, float4 casts: refused with the user's line
+    if any(is_custom_op(node) for node in gm.graph.nodes):
+        split = split_around_custom_ops(gm, lambda piece: compile_graph(piece, None, kind))
+        return BoxedOutput(lambda args: split.forward(*args))
+    missing = unlowered_ops(gm)
+    if missing and recorder.ACTIVE is not None:
+        recorder.ACTIVE.note_unlowered(kind, missing)
+    if missing:
+        listing = "\n".join(f"  {m.op}  at {m.source}" for m in missing)
+        if config.disable_fallback_execution():
+            error = NeuronCompileError(unlowered_message(kind, missing, listing))
+            if kind == "backward":
+                # Raised when the backward runs: with the AOTAutograd result
+                # cache on, backward graphs arrive with the forward one, and a
+                # forward whose backward never runs (evaluation without
+                # no_grad) must keep working.
+                return BoxedOutput(functools.partial(_raise, error))
+            raise error
+        warnings.warn(
+            f"torch_neuronx: running the {kind} graph eagerly (TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0) "
+            f"because these ops have no lowering:\n{listing}"
+        )
+        return BoxedOutput(lambda args: gm.forward(*args))
+    from torch_neuronx.compiler.executable import CompiledGraph
+
+    return GraphRunner(CompiledGraph(gm, kind))
+
+
+def _compiler(kind: str):
+    """AOTAutograd's fw/bw/inference compiler: compile_graph for that kind."""
+
+    def compile_fn(gm: torch.fx.GraphModule, example_inputs):
+        return compile_graph(gm, example_inputs, kind)
 
     return compile_fn
 
 
-def _compiled(gm: torch.fx.GraphModule, name: str):
-    from torch_neuronx.compiler.executable import CompiledGraph
-    from torch_neuronx.compiler.outputs import GraphRunner
-
-    return GraphRunner(CompiledGraph(gm, name))
-
-
-def compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str):
-    """One ATen graph -> a GraphRunner (NeuronCompileError when an op cannot be lowered)."""
-    from torch_neuronx.compiler.lowerability import unlowered_ops
-
-    float8.check_graph(gm)
-    missing = unlowered_ops(gm)
-    if missing:
-        raise NeuronCompileError(missing)
-    return _compiled(gm, name)
-
-
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None, **kwargs):
     """The Dynamo backend registered as "neuron"."""
-    dynamo_hooks.install()
     if mode not in (None, "default") and mode not in _warned_modes:
         _warned_modes.add(mode)
         warnings.warn(

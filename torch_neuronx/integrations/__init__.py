@@ -12,6 +12,10 @@ with torch_neuronx.patching.patch_once (once, recorded with its reason, listed
 by patching.applied()); docs/huggingface.md lists every one with the gap it
 closes. Set TORCH_NEURONX_DISABLE_INTEGRATIONS=1 to
 run the libraries unpatched (to check whether a gap still exists).
+
+The import hook itself (:func:`patches`) also applies the backend's own Dynamo
+patches when ``torch._dynamo`` is imported (torch_neuronx/compiler/dynamo.py):
+those are no library patch, and stay on under that variable.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ def patches(module_name: str) -> Callable[[Callable[[ModuleType], None]], Callab
                 _apply(fn, module)
                 return fn
             _PENDING.setdefault(module_name, []).append(fn)
+            _watch_imports()
             if spec is not None:
                 # Mid-import (e.g. `import accelerate` imported torch, which loaded this
                 # package, from inside accelerate.accelerator): its finder already ran.
@@ -145,12 +150,16 @@ class _PatchingFinder(importlib.abc.MetaPathFinder):
         return None
 
 
+def _watch_imports() -> None:
+    """Puts the finder first in sys.meta_path, once: from the first pending patch on."""
+    if not any(isinstance(f, _PatchingFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchingFinder())
+
+
 def install() -> None:
-    """Registers the import hook and every patch module (idempotent)."""
+    """Registers every library patch module (idempotent)."""
     from torch_neuronx import config
 
     if config.disable_integrations():
         return
-    if not any(isinstance(f, _PatchingFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchingFinder())
     from torch_neuronx.integrations import _registry  # noqa: F401  (imports the patch modules)

@@ -8,4 +8,3 @@ from torch_neuronx.integrations import peft  # noqa: F401
 from torch_neuronx.integrations import safetensors  # noqa: F401
 from torch_neuronx.integrations import transformers  # noqa: F401
 from torch_neuronx.integrations import trl  # noqa: F401
-from torch_neuronx.integrations import dynamo  # noqa: F401

@@ -30,7 +30,7 @@ default_generators = _DefaultGenerators()
 
 # The functions below that read or change a generator. torch.compile runs them
 # eagerly behind a graph break, as Dynamo does for torch.cuda's (installed when
-# torch._dynamo is imported: torch_neuronx/integrations/dynamo.py).
+# torch._dynamo is imported: torch_neuronx/compiler/dynamo.py).
 STATE_FUNCTIONS = (
     "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed",
     "get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all",

@@ -2,6 +2,10 @@
 torch.compile(backend="neuron"): the one answer, used by ``torch-neuronx ops``
 and by docs/supported-operators.md.
 
+It reads the eager tables (ops/) and the compile ones (lowering/, compiler/),
+so it lives above both, here: the eager op layer never imports the compiler
+(tests/test_layers.py).
+
 Nothing here lists ops. Every answer is derived from what decides it at run
 time:
 
@@ -17,8 +21,8 @@ time:
   OpInfo runs per OpInfo entry and lists failures only, so no per-op dtype
   set is claimed here.
 
-    python -m torch_neuronx.ops.support --write   # regenerates docs/supported-operators.md
-    python -m torch_neuronx.ops.support --check   # exit 1 when the page is out of date
+    python -m torch_neuronx.op_support --write   # regenerates docs/supported-operators.md
+    python -m torch_neuronx.op_support --check   # exit 1 when the page is out of date
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ from torch_neuronx.ops.registry import (
     DATA_DEPENDENT_SHAPE, DATA_MOVEMENT, DIRECT_KERNELS, FP8_COMPUTE, NATIVE_OPS,
 )
 
-PAGE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "supported-operators.md"
-REGENERATE = "python -m torch_neuronx.ops.support --write"
+PAGE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "supported-operators.md"
+REGENERATE = "python -m torch_neuronx.op_support --write"
 
 # Eager routes of an op on neuron tensors.
 NATIVE = "native"                # in the native op set: PyTorch's CPU kernel runs on device memory
@@ -424,7 +428,7 @@ def render_page() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m torch_neuronx.ops.support", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m torch_neuronx.op_support", description=__doc__.split("\n\n")[0])
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--write", action="store_true", help=f"write {PAGE.name}")
     action.add_argument("--check", action="store_true", help="exit 1 when the page is out of date")

@@ -1,5 +1,7 @@
-"""What the backend hands AOTAutograd for each graph: boxed callables, which
-AOTAutograd's result cache (compiler/aot_cache.py) pickles by this module's path."""
+"""The runners: what the backend hands AOTAutograd for each graph, boxed
+callables, which AOTAutograd's result cache (compiler/aot_cache.py) pickles by
+this module's path (renaming it turns older entries into misses, reported and
+replaced)."""
 
 from __future__ import annotations
 

@@ -123,9 +123,10 @@ _audit_recorder.start_from_env()  # only under `torch-neuronx audit` (TORCH_NEUR
 
 from torch_neuronx import config as _config  # noqa: E402
 
-if _config.inspect_enable():  # NEURON_RT_INSPECT_ENABLE=1: profile the whole process
-    from torch_neuronx import profiling as _profiling
+# torch.profiler's device events: profiling.py subscribes to observe.py on import.
+from torch_neuronx import profiling as _profiling  # noqa: E402
 
+if _config.inspect_enable():  # NEURON_RT_INSPECT_ENABLE=1: profile the whole process
     _profiling.start_from_environment()
 
 

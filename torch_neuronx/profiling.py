@@ -26,7 +26,7 @@ from collections.abc import Iterable
 
 from torch._C._profiler import _ExperimentalConfig
 
-from torch_neuronx import _C, config
+from torch_neuronx import _C, config, observe
 from torch_neuronx.neuron.profiles import parse_core_list
 
 __all__ = ["ProfileMode", "NeuronConfig", "NeuronProfiler", "record_kernel", "collecting"]
@@ -156,6 +156,30 @@ def record_kernel(name: str, device: int, start_ns: int, end_ns: int, **args) ->
     thread's current CPU op. ``args`` are shown in the trace (JSON values)."""
     _C._profiler_record(name, device, start_ns, end_ns,
                         [(key, json.dumps(value)) for key, value in args.items()])
+
+
+class _DeviceEvents:
+    """torch.profiler's device events of the work torch_neuronx/observe.py reports (compiled
+    graph runs, NKI launches, collectives); eager kernels record theirs in C++."""
+
+    PREFIX = {"graph": "neuron_graph", "nki": "nki", "collective": "neuron_collective"}
+    PATH = {"graph": "compiled_graph", "nki": "nki", "collective": "collective"}
+
+    def active(self) -> bool:
+        return collecting()
+
+    def device_work(self, work) -> None:
+        args = dict(work.args)
+        if "estimates" in work.objects:  # NKI: the cost model's trn2/trn3 estimates
+            args.update(work.objects["estimates"]())
+        record_kernel(f"{self.PREFIX[work.kind]}::{work.name}", work.device, work.start_ns, work.end_ns,
+                      path=self.PATH[work.kind], **args)
+
+    def unlowered(self, graph_kind: str, missing: list) -> None:
+        pass  # a compile-time fact, no device event
+
+
+observe.subscribe(_DeviceEvents())
 
 
 # ------------------------------------------------- NEURON_RT_INSPECT_* (whole process)

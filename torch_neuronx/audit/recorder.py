@@ -24,7 +24,13 @@ What is recorded, and how:
   (the allocator's window peak; the user's own peak statistics are not reset);
 - torch.compile: Dynamo's graph breaks (reason and line), the compiler's
   counters and recompile reasons, each compiled graph's runs and XLA cost
-  analysis, ops with no lowering.
+  analysis, ops with no lowering;
+- NKI kernel launches on neuron tensors, with the cost model's estimates, and
+  collectives.
+
+Compiled graph runs, NKI launches, collectives and ops with no lowering reach
+the recording through torch_neuronx/observe.py (the Recording is an observer
+while it records); eager kernels through the C++ recorder.
 
 Nothing here runs unless the audit asked for it: ACTIVE is None otherwise.
 """
@@ -45,6 +51,7 @@ from collections import Counter, defaultdict
 
 import torch
 
+from torch_neuronx import observe
 from torch_neuronx.ops.registry import FP8_COMPUTE
 
 RECORD_VERSION = 2
@@ -244,7 +251,8 @@ class Recording:
         self.graphs: dict[str, dict] = {}
         self.graph_breaks: Counter = Counter()
         self._breaks_seen = 0
-        self.unlowered: Counter = Counter()
+        self.unlowered_ops: Counter = Counter()  # (op, source, graph kind) -> graphs
+        self.nki: dict = {}  # (kernel, grid, instructions) -> launches by _where(), host time, estimates
         self.collectives: Counter = Counter()  # (op, bytes, world size) -> calls
         self._collective_steps: dict = defaultdict(Counter)  # key -> Counter by _where()
         self.units: dict = {}  # unit, source, units_per_step (steady state)
@@ -275,6 +283,7 @@ class Recording:
 
         self._hooks.append(register_optimizer_step_post_hook(self._optimizer_step))
         units.register()
+        observe.subscribe(self)
         _C._audit_start(self._on_signature, self._on_call)
 
     def stop(self) -> None:
@@ -282,6 +291,7 @@ class Recording:
         from torch_neuronx import _C
 
         _C._audit_stop()
+        observe.unsubscribe(self)
         for hook in self._hooks:
             hook.remove()
         self._hooks.clear()
@@ -423,6 +433,30 @@ class Recording:
                 _add(self._phase_since_mark, sig_id, calls - calls_before, host_ns - host_before)
         entry["memory_peak"] = [max(p, _C._audit_take_window_peak(d)) for d, p in enumerate(entry["memory_peak"])]
 
+    # -- device work reported through torch_neuronx/observe.py -------------------------
+    def active(self) -> bool:
+        return ACTIVE is self
+
+    def device_work(self, work) -> None:
+        if work.kind == "graph":
+            self.graph_run(work.objects["graph"], work.objects["key"], work.objects["executable"], work.seconds)
+        elif work.kind == "collective":
+            self.collective(work.name, work.args["bytes"], work.args["world_size"])
+        elif work.kind == "nki":
+            self.nki_launch(work)
+
+    def nki_launch(self, work) -> None:
+        """One NKI kernel launch on neuron tensors: its host time (the simulation) and, once per
+        kernel, grid and instruction count, the cost model's trn2/trn3 estimate."""
+        key = (work.name, tuple(work.args.get("grid", ())), work.args.get("instructions", 0))
+        entry = self.nki.get(key)
+        if entry is None:
+            estimates = work.objects["estimates"]() if "estimates" in work.objects else {}
+            entry = self.nki[key] = {"launches_by": Counter(), "host_s": 0.0, "estimates": estimates,
+                                     "first_step": len(self.steps)}
+        entry["launches_by"][self._where()] += 1
+        entry["host_s"] += work.seconds
+
     # -- torch.compile ---------------------------------------------------------------
     def _collect_graph_breaks(self) -> None:
         utils = sys.modules.get("torch._dynamo.utils")
@@ -454,10 +488,10 @@ class Recording:
         self.collectives[key] += 1
         self._collective_steps[key][self._where()] += 1
 
-    def note_unlowered(self, kind: str, missing) -> None:
+    def unlowered(self, kind: str, missing) -> None:
         """Ops of a graph with no lowering (compiler/backend.py), run eagerly or raised."""
         for item in missing:
-            self.unlowered[(item.op, str(item.source), kind)] += 1
+            self.unlowered_ops[(item.op, str(item.source), kind)] += 1
 
     # -- the record ------------------------------------------------------------------
     def record(self) -> dict:
@@ -509,8 +543,9 @@ class Recording:
             "graph_breaks": [{"reason": reason, "site": site_json(site), "count": n}
                              for (reason, site), n in self.graph_breaks.most_common()],
             "unlowered": [{"op": op, "source": source, "graph": kind, "count": n}
-                          for (op, source, kind), n in self.unlowered.most_common()],
+                          for (op, source, kind), n in self.unlowered_ops.most_common()],
             "collectives": [self._collective_row(key, n, steps) for key, n in self.collectives.most_common()],
+            "nki_kernels": [self._nki_row(key, entry, steps) for key, entry in self.nki.items()],
             "units": self._units_summary(),
             "phases": self._phase_rows(steps),
         }
@@ -563,6 +598,15 @@ class Recording:
         first, in_steps, after, phases = _split(self._collective_steps[key], steps)
         return {"op": op, "bytes": nbytes, "world_size": size, "calls": calls, "calls_first_step": first,
                 "calls_steps": in_steps, "calls_after_last_step": after, "calls_by_phase": phases}
+
+    @staticmethod
+    def _nki_row(key: tuple, entry: dict, steps: int) -> dict:
+        name, grid, instructions = key
+        first, in_steps, after, phases = _split(entry["launches_by"], steps)
+        return {"name": name, "grid": list(grid), "instructions": instructions,
+                "launches": sum(entry["launches_by"].values()), "host_s": entry["host_s"],
+                "launches_first_step": first, "launches_steps": in_steps, "launches_after_last_step": after,
+                "launches_by_phase": phases, "first_step": entry["first_step"], **entry["estimates"]}
 
     def _phase_rows(self, steps: int) -> list[dict]:
         """The named phases, then the work after the last step (outside them) as a phase of its

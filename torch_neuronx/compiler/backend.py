@@ -9,8 +9,7 @@ import warnings
 
 import torch
 
-from torch_neuronx import config
-from torch_neuronx.audit import recorder
+from torch_neuronx import config, observe
 from torch_neuronx.compiler import aot, float8, metrics
 from torch_neuronx.compiler.errors import NeuronCompileError
 
@@ -52,8 +51,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
         split = split_around_custom_ops(gm, lambda piece: compile_graph(piece, None, kind))
         return BoxedOutput(lambda args: split.forward(*args))
     missing = unlowered_ops(gm)
-    if missing and recorder.ACTIVE is not None:
-        recorder.ACTIVE.note_unlowered(kind, missing)
+    if missing:
+        observe.unlowered(kind, missing)
     if missing:
         listing = "\n".join(f"  {m.op}  at {m.source}" for m in missing)
         if config.disable_fallback_execution():

@@ -17,8 +17,7 @@ import time
 import torch
 import torch.fx
 
-from torch_neuronx import profiling
-from torch_neuronx.audit import recorder
+from torch_neuronx import observe
 from torch_neuronx.compiler import artifacts, cache, metrics
 from torch_neuronx.lowering.conversions import from_jax, jax_input
 from torch_neuronx.lowering.interpreter import run_graph
@@ -114,23 +113,17 @@ class CompiledGraph:
         arrays = [jax_input(a, i) if isinstance(a, torch.Tensor) else a for i, a in enumerate(args)]
         seed = _draw_seed(device) if self.uses_rng else 0
         executable = self._executable(seed, arrays)
-        audit = recorder.ACTIVE
-        start = time.perf_counter() if audit is not None else 0.0
-        profiled = profiling.collecting()  # torch.profiler: one device event per executable run
-        start_ns = profiling.now_ns() if profiled else 0
-        outputs, written = executable(seed, *arrays)
-        for (index, _, _), value in zip(self.mutations, written):
-            args[index].copy_(from_jax(value, device, args[index].dtype))
-        single = not isinstance(outputs, (list, tuple))
-        converted = [
-            from_jax(o, device, dtype) if o is not None else None
-            for o, dtype in zip([outputs] if single else outputs, self.output_dtypes)
-        ]
-        if audit is not None:  # timed to here: XLA runs asynchronously until the outputs are taken
-            audit.graph_run(self, id(executable), executable, time.perf_counter() - start)
-        if profiled:
-            profiling.record_kernel(f"neuron_graph::{self.name}", device.index, start_ns,
-                                    profiling.now_ns(), path="compiled_graph", graph=self.key[:16])
+        # Observed to the outputs' conversion: XLA runs asynchronously until they are taken.
+        with observe.work("graph", self.name, device.index, graph=self.key[:16],
+                          objects={"graph": self, "key": id(executable), "executable": executable}):
+            outputs, written = executable(seed, *arrays)
+            for (index, _, _), value in zip(self.mutations, written):
+                args[index].copy_(from_jax(value, device, args[index].dtype))
+            single = not isinstance(outputs, (list, tuple))
+            converted = [
+                from_jax(o, device, dtype) if o is not None else None
+                for o, dtype in zip([outputs] if single else outputs, self.output_dtypes)
+            ]
         return converted[0] if single else converted
 
     def _executable(self, seed, arrays):

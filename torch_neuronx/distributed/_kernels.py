@@ -51,7 +51,7 @@ from typing import Any, Callable
 import torch
 from torch._C import _distributed_c10d as c10d
 
-from torch_neuronx import _C, patching
+from torch_neuronx import _C, observe, patching
 
 _NEURON = torch.device("neuron")
 _RedOpType = c10d.ReduceOp.RedOpType
@@ -476,26 +476,34 @@ def _tensor_bytes(value: Any) -> int:
     return 0
 
 
+def _first_tensor(value: Any):
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (list, tuple)):
+        return next((t for t in map(_first_tensor, value) if t is not None), None)
+    return None
+
+
 # Collectives whose arguments are (outputs, inputs, ...): the inputs are what a rank sends.
 _OUTPUT_FIRST = ("allgather", "_allgather", "reduce_scatter", "_reduce_scatter", "gather_", "scatter_",
                  "alltoall")
 
 
-def _audited(name: str, kernel: Callable[..., Any]) -> Callable[..., Any]:
-    """`kernel`, telling `torch-neuronx audit` (when it records) the collective's
-    name, the bytes this rank sends and the group's size."""
-    from torch_neuronx.audit import recorder
-
+def _observed(name: str, kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """`kernel`, reported as device work (torch_neuronx/observe.py: the audit and the profiler
+    listen) with the collective's name, the bytes this rank sends and the group's size."""
     data = 1 if name.startswith(_OUTPUT_FIRST) else 0
 
     @functools.wraps(kernel)
     def run(*args, **kwargs):
-        audit = recorder.ACTIVE
-        if audit is not None and len(args) > data:
-            group = next((a for a in args if isinstance(a, torch.ScriptObject)), None)
-            size = c10d.ProcessGroup.unbox(group).size() if group is not None else 1
-            audit.collective(name.strip("_"), _tensor_bytes(args[data]), size)
-        return kernel(*args, **kwargs)
+        if len(args) <= data or not observe.observed():
+            return kernel(*args, **kwargs)
+        group = next((a for a in args if isinstance(a, torch.ScriptObject)), None)
+        size = c10d.ProcessGroup.unbox(group).size() if group is not None else 1
+        tensor = _first_tensor(args[data])
+        device = (tensor.device.index or 0) if tensor is not None else 0
+        with observe.work("collective", name.strip("_"), device, bytes=_tensor_bytes(args[data]), world_size=size):
+            return kernel(*args, **kwargs)
 
     return run
 
@@ -515,6 +523,6 @@ def install() -> None:
                 # Dynamo must not trace these: under torch.compile a collective
                 # graph-breaks and runs eagerly, and the frames it calls (this
                 # kernel) would otherwise be compiled as new frames.
-                library.impl(name, patching.hide_from_dynamo(_audited(name, kernel)), "PrivateUse1")
+                library.impl(name, patching.hide_from_dynamo(_observed(name, kernel)), "PrivateUse1")
         _library = library
         atexit.register(_release_at_exit)

@@ -8,6 +8,7 @@ the first torch input's device if any input was a torch tensor, NumPy arrays oth
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import sys
@@ -193,8 +194,18 @@ def launch(kernel: Kernel, grid: tuple, args, kwargs, target=None):
     run = Run(get_target(target or kernel.options.get("platform_target")), grid)
     torch_inputs = [a for a in itertools.chain(args, kwargs.values()) if _is_torch_tensor(a)]
     torch_device = torch_inputs[0].device if torch_inputs else None
-    profiled = torch_device is not None and torch_device.type == "neuron" and _profiling().collecting()
-    start_ns = _profiling().now_ns() if profiled else 0
+    observed = _observe().work("nki", kernel.func.__name__, torch_device.index or 0, grid=list(run.grid),
+                               objects={"estimates": lambda: _estimates(run)}) \
+        if torch_device is not None and torch_device.type == "neuron" else contextlib.nullcontext()
+    with observed as work:  # device work on neuron tensors: the audit and torch.profiler may listen
+        converted = _simulate(kernel, grid, run, args, kwargs, bool(torch_inputs), torch_device)
+        if work is not None:
+            work.args.update(instructions=len(run.trace), simulated_target=run.target.name)
+    return converted, run
+
+
+def _simulate(kernel: Kernel, grid: tuple, run: Run, args, kwargs, torch_mode: bool, torch_device):
+    """Every program of the grid in the simulator; the outputs converted back."""
     pairs = []  # (caller's array or tensor, its HBM copy) for the write-back
     cargs = [_convert_argument(a, i, pairs) for i, a in enumerate(args)]
     ckwargs = {k: _convert_argument(v, k, pairs) for k, v in kwargs.items()}
@@ -213,31 +224,22 @@ def launch(kernel: Kernel, grid: tuple, args, kwargs, target=None):
     for original, tensor in pairs:
         if tensor.alloc.written:
             _write_back(original, tensor)
-    converted = _convert_output(result, torch_device, bool(torch_inputs))
-    if profiled:
-        _record_launch(kernel, run, torch_device, start_ns)
-    return converted, run
+    return _convert_output(result, torch_device, torch_mode)
 
 
-def _profiling():
-    """torch_neuronx.profiling, imported when a launch has torch tensors (the
+def _observe():
+    """torch_neuronx.observe, imported when a launch has neuron tensors (the
     simulator itself does not need torch)."""
-    from torch_neuronx import profiling
+    from torch_neuronx import observe
 
-    return profiling
+    return observe
 
 
-def _record_launch(kernel: Kernel, run: Run, device, start_ns: int) -> None:
-    """torch.profiler's device event of a launch on a neuron tensor: the host
-    time of the simulation, with the cost model's estimate of the kernel on
-    each generation (the same instruction trace scheduled for trn2 and trn3)."""
-    profiling = _profiling()
-    end_ns = profiling.now_ns()
-    estimates = {f"estimated_{name}_us": round(schedule(run.trace, get_target(name)).latency_us, 3)
-                 for name in ("trn2", "trn3")}
-    profiling.record_kernel(f"nki::{kernel.func.__name__}", device.index or 0, start_ns, end_ns,
-                            path="nki", grid=list(run.grid), instructions=len(run.trace),
-                            simulated_target=run.target.name, **estimates)
+def _estimates(run: Run) -> dict:
+    """The cost model's estimate of a launch on each generation (the same instruction
+    trace scheduled for trn2 and trn3), computed only for an observer that asks."""
+    return {f"estimated_{name}_us": round(schedule(run.trace, get_target(name)).latency_us, 3)
+            for name in ("trn2", "trn3")}
 
 
 def simulate(kernel):

@@ -7,8 +7,7 @@ import collections
 
 import torch
 
-from torch_neuronx import _C, config, patching, profiling
-from torch_neuronx.audit import recorder
+from torch_neuronx import _C, config, observe, patching
 from torch_neuronx.ops.registry import (
     ACCEPTS_HOST_TENSORS,
     DATA_MOVEMENT,
@@ -89,14 +88,14 @@ _python_executed: collections.Counter[str] = collections.Counter()
 
 
 def _tracked(qualified: str, kernel):
-    """The kernel, counted in get_executed_ops() and, while the audit records or
-    torch.profiler records device activity, recorded as csrc records its own
-    kernels: one RecordedCall (_C._AuditKernelCall) gives the audit its
-    signature and the profiler its device event."""
+    """The kernel, counted in get_executed_ops() and, while device work is observed
+    (torch_neuronx/observe.py: the audit records, torch.profiler collects), recorded
+    as csrc records its own kernels: one RecordedCall (_C._AuditKernelCall) gives
+    the audit its signature and the profiler its device event."""
     name, _, overload = qualified.partition(".")
 
     def run(*args, **kwargs):
-        if recorder.ACTIVE is None and not profiling.collecting():
+        if not observe.observed():
             result = kernel(*args, **kwargs)
         else:
             with _C._AuditKernelCall(name, overload, args):

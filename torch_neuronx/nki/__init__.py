@@ -4,11 +4,16 @@
     import torch_neuronx.nki.language as nl
     import torch_neuronx.nki.isa as nisa
 
+or, as AWS's kernels are written, `import nki` / `import neuronxcc.nki as nki` (aliases of this
+package where AWS's packages are not installed; torch_neuronx/_nki_aliases.py).
+
 Pure Python + NumPy (+ ml_dtypes); torch is imported only when a torch tensor is passed in.
 See docs/nki.md.
 """
 
-from . import isa, language
+from torch_neuronx import _nki_aliases
+
+from . import compiler, isa, language
 from .cost import BenchmarkResult, dma_efficiency, roofline_us
 from .errors import NKIError
 from .kernel import Kernel, Launcher, benchmark, jit, simulate, simulate_kernel
@@ -16,8 +21,11 @@ from .runtime import Instr
 from .targets import TARGETS, Target, get_target
 from .tensor import NkiTensor
 
+# Every public submodule is imported above, so that `import nki` mirrors them all (_nki_aliases).
+_nki_aliases.install()
+
 __all__ = [
-    "isa", "language", "jit", "Kernel", "Launcher", "simulate", "simulate_kernel", "benchmark",
+    "compiler", "isa", "language", "jit", "Kernel", "Launcher", "simulate", "simulate_kernel", "benchmark",
     "BenchmarkResult", "roofline_us", "dma_efficiency", "NKIError", "NkiTensor", "Instr",
     "TARGETS", "Target", "get_target",
 ]

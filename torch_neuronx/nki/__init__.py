@@ -16,7 +16,8 @@ from torch_neuronx import _nki_aliases
 from . import compiler, isa, language
 from .cost import BenchmarkResult, dma_efficiency, roofline_us
 from .errors import NKIError
-from .kernel import Kernel, Launcher, benchmark, jit, simulate, simulate_kernel
+from .kernel import (Kernel, Launcher, baremetal, benchmark, cpu_simulate, jit, profile, simulate,
+                     simulate_kernel)
 from .runtime import Instr
 from .targets import TARGETS, Target, get_target
 from .tensor import NkiTensor
@@ -25,7 +26,8 @@ from .tensor import NkiTensor
 _nki_aliases.install()
 
 __all__ = [
-    "compiler", "isa", "language", "jit", "Kernel", "Launcher", "simulate", "simulate_kernel", "benchmark",
+    "compiler", "isa", "language", "jit", "Kernel", "Launcher", "simulate", "simulate_kernel", "cpu_simulate", "baremetal",
+    "benchmark", "profile",
     "BenchmarkResult", "roofline_us", "dma_efficiency", "NKIError", "NkiTensor", "Instr",
     "TARGETS", "Target", "get_target",
 ]

@@ -68,6 +68,7 @@ def test_plain_import_nki_runs_a_kernel(tmp_path):
         import nki.language as nl
         from nki.isa.constants import dge_mode, oob_mode
         import nki.compiler
+        import nki.typing
 
         @nki.jit
         def double(x):
@@ -94,6 +95,7 @@ def test_plain_import_neuronxcc_nki(tmp_path):
         import neuronxcc.nki as nki
         import neuronxcc.nki.isa as nisa
         import neuronxcc.nki.language as nl
+        import neuronxcc.nki.typing as nt
         from neuronxcc import nki as same
 
         @nki.jit
@@ -106,6 +108,7 @@ def test_plain_import_neuronxcc_nki(tmp_path):
         assert np.array_equal(nki.simulate_kernel(negate, x), -x)
         import torch_neuronx.nki
         assert nki is same is torch_neuronx.nki and nisa is torch_neuronx.nki.isa
+        assert nt is torch_neuronx.nki.typing
         print("ok")
     """, tmp_path))
     assert out.strip() == "ok"

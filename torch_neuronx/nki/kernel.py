@@ -23,6 +23,7 @@ from .errors import NKIError
 from .runtime import Run, active, set_run
 from .targets import get_target
 from .tensor import Allocation, NkiTensor, shared_hbm
+from .typing import TensorSpec
 
 
 class Kernel:
@@ -136,6 +137,8 @@ def _to_hbm(x, index):
     """(NkiTensor in HBM, original) for array arguments; None for pass-through arguments."""
     if _is_torch_tensor(x):
         arr = _torch_to_numpy(x, index)
+    elif isinstance(x, TensorSpec):
+        arr = np.zeros(x.shape, _dt.storage_dtype(x.dtype))
     elif isinstance(x, np.ndarray):
         arr = np.array(x, copy=True, order="C")
     else:
@@ -150,6 +153,8 @@ def _to_hbm(x, index):
 
 
 def _write_back(original, tensor: NkiTensor):
+    if isinstance(original, TensorSpec):
+        return  # a placeholder has no caller's array to update
     if _is_torch_tensor(original):
         import torch
 

@@ -170,6 +170,15 @@ def test_write_pth_copies_the_hook(tmp_path):
     assert Path(path).name.endswith(".pth")
 
 
+def test_the_command_for_editable_installs_writes_the_hook(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "torch_neuronx._nki_aliases", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    written = tmp_path / _nki_aliases.PTH_NAME
+    assert check(proc).strip() == f"wrote {written}"
+    assert written.read_text() == (REPO / _nki_aliases.PTH_NAME).read_text()
+
+
 @pytest.mark.parametrize("name", ["nki.kernel", "neuronxcc.nki.tensor"])
 def test_internal_submodules_are_the_loaded_ones(name):
     """`nki.X` is torch_neuronx.nki.X itself, never a second copy loaded through the package path."""

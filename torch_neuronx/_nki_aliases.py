@@ -19,8 +19,8 @@ import sys
 import types
 
 TARGET = "torch_neuronx.nki"
-# The alias names of TARGET. `neuronxcc` itself is an empty package that holds only `nki`.
-ALIASES = ("nki", "neuronxcc.nki")
+# What the finder answers for: two aliases of TARGET, and `neuronxcc`, an empty package holding `nki`.
+NAMES = ("nki", "neuronxcc", "neuronxcc.nki")
 _MARK = "__torch_neuronx_nki_alias__"
 
 
@@ -36,7 +36,7 @@ class AliasFinder:
     (it pulls in importlib.resources, pathlib, tempfile) would cost more than the rest of the hook."""
 
     def find_spec(self, name, path=None, target=None):
-        if name not in ("nki", "neuronxcc", "neuronxcc.nki"):
+        if name not in NAMES:
             return None
         # `neuronxcc.nki` only under our own `neuronxcc`: a real neuronxcc that lacks `nki` keeps
         # its ModuleNotFoundError.
@@ -62,7 +62,6 @@ def _mirror(target: types.ModuleType, alias: str) -> None:
     """sys.modules[alias] = target, and alias.X for every loaded TARGET.X. Done eagerly because
     the aliased package's __path__ is TARGET's directory: a submodule looked up through the path
     finder would be loaded a second time, as another module with its own state."""
-    setattr(target, _MARK, True)
     sys.modules[alias] = target
     prefix = TARGET + "."
     for name, module in list(sys.modules.items()):
@@ -72,6 +71,7 @@ def _mirror(target: types.ModuleType, alias: str) -> None:
 
 def install() -> None:
     """Append the finder to sys.meta_path (once). Cheap: nothing is imported until `import nki`."""
+    # By name too: `python -m torch_neuronx._nki_aliases` runs a second copy of this module.
     if not any(isinstance(f, AliasFinder) or type(f).__name__ == "AliasFinder" for f in sys.meta_path):
         sys.meta_path.append(AliasFinder())
 

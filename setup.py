@@ -10,6 +10,7 @@ import sys
 import sysconfig
 
 from setuptools import setup
+from setuptools.command.build_py import build_py
 
 # Building must not import the (possibly stale or half-built) backend itself.
 os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
@@ -35,6 +36,26 @@ class PersistentBuildExt(BuildExtension.with_options(use_ninja=True)):
         self.build_temp = os.path.join(ROOT, "build", f"temp.{tag}")
 
 
+# The startup hook that lets kernels `import nki` / `import neuronxcc.nki` (torch_neuronx/_nki_aliases.py).
+NKI_ALIASES_PTH = "torch_neuronx-nki-aliases.pth"
+
+
+class BuildPyWithNkiAliases(build_py):
+    """Also copies the hook to the root of the build, so that a wheel installs it in site-packages,
+    where `site` runs it at interpreter start. An editable install (pip install -e) does not carry
+    it: setuptools builds that wheel from its own finder only. There, run once
+    `python -m torch_neuronx._nki_aliases` (docs/nki.md, "Import styles")."""
+
+    def run(self):
+        super().run()
+        if not self.editable_mode:
+            self.copy_file(os.path.join(ROOT, NKI_ALIASES_PTH), os.path.join(self.build_lib, NKI_ALIASES_PTH))
+
+    def get_outputs(self, include_bytecode=True):
+        outputs = super().get_outputs(include_bytecode)
+        return outputs if self.editable_mode else [*outputs, os.path.join(self.build_lib, NKI_ALIASES_PTH)]
+
+
 setup(
     ext_modules=[
         CppExtension(
@@ -45,5 +66,5 @@ setup(
             extra_compile_args=["-O2", "-std=c++20", "-Wno-unused-parameter"],
         )
     ],
-    cmdclass={"build_ext": PersistentBuildExt},
+    cmdclass={"build_ext": PersistentBuildExt, "build_py": BuildPyWithNkiAliases},
 )

@@ -4,20 +4,30 @@
     import torch_neuronx.nki.language as nl
     import torch_neuronx.nki.isa as nisa
 
+or, as AWS's kernels are written, `import nki` / `import neuronxcc.nki as nki` (aliases of this
+package where AWS's packages are not installed; torch_neuronx/_nki_aliases.py).
+
 Pure Python + NumPy (+ ml_dtypes); torch is imported only when a torch tensor is passed in.
 See docs/nki.md.
 """
 
-from . import isa, language
+from torch_neuronx import _nki_aliases
+
+from . import compiler, isa, language, typing
 from .cost import BenchmarkResult, dma_efficiency, roofline_us
 from .errors import NKIError
-from .kernel import Kernel, Launcher, benchmark, jit, simulate, simulate_kernel
+from .kernel import (Kernel, Launcher, baremetal, benchmark, cpu_simulate, jit, profile, simulate,
+                     simulate_kernel)
 from .runtime import Instr
 from .targets import TARGETS, Target, get_target
 from .tensor import NkiTensor
 
+# Every public submodule is imported above, so that `import nki` mirrors them all (_nki_aliases).
+_nki_aliases.install()
+
 __all__ = [
-    "isa", "language", "jit", "Kernel", "Launcher", "simulate", "simulate_kernel", "benchmark",
+    "compiler", "isa", "language", "typing", "jit", "Kernel", "Launcher", "simulate", "simulate_kernel", "cpu_simulate", "baremetal",
+    "benchmark", "profile",
     "BenchmarkResult", "roofline_us", "dma_efficiency", "NKIError", "NkiTensor", "Instr",
     "TARGETS", "Target", "get_target",
 ]

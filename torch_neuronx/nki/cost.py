@@ -178,10 +178,28 @@ class BenchmarkResult:
     outputs: object = field(repr=False)
     schedule: Schedule = field(repr=False)
 
+    @property
+    def nc_latency(self) -> "Latency":
+        """AWS's `benchmark_result.nc_latency` (microseconds, `get_latency_percentile(p)`)."""
+        return Latency(self.latency_us)
+
     def summary(self) -> str:
         busy = ", ".join(f"{k} {v:.2f} us" for k, v in self.engines.items() if v)
         return (f"{self.target}: {self.latency_us:.2f} us estimated, {len(self.trace)} instructions, "
                 f"TensorE utilization {self.utilization:.1%} (roofline {self.roofline_us:.2f} us); busy: {busy}")
+
+
+@dataclass(frozen=True)
+class Latency:
+    """The latency statistics AWS's `nki.benchmark` collects over `iters` device runs. The estimate
+    is deterministic, so every percentile is the same number."""
+
+    latency_us: float
+
+    def get_latency_percentile(self, percentile) -> float:
+        if not 0 <= percentile <= 100:
+            raise ValueError(f"percentile must be in [0, 100], got {percentile}")
+        return self.latency_us
 
 
 def estimate(trace, target_name: str, outputs=None) -> BenchmarkResult:

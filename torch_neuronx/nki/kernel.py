@@ -1,4 +1,5 @@
-"""`nki.jit`, kernel launch (`kernel[grid](...)`), `nki.simulate` and `nki.benchmark`.
+"""`nki.jit`, kernel launch (`kernel[grid](...)`) and the entry points AWS's tests call: `nki.simulate`,
+`nki.simulate_kernel`, `nki.cpu_simulate`, `nki.baremetal`, `nki.benchmark`, `nki.profile`.
 
 A launch copies array arguments into simulated HBM, runs the kernel function once per program of
 the grid (its Python executes the instructions), writes HBM arguments the kernel wrote back into
@@ -23,6 +24,7 @@ from .errors import NKIError
 from .runtime import Run, active, set_run
 from .targets import get_target
 from .tensor import Allocation, NkiTensor, shared_hbm
+from .typing import TensorSpec
 
 
 class Kernel:
@@ -136,6 +138,8 @@ def _to_hbm(x, index):
     """(NkiTensor in HBM, original) for array arguments; None for pass-through arguments."""
     if _is_torch_tensor(x):
         arr = _torch_to_numpy(x, index)
+    elif isinstance(x, TensorSpec):
+        arr = np.zeros(x.shape, _dt.storage_dtype(x.dtype))
     elif isinstance(x, np.ndarray):
         arr = np.array(x, copy=True, order="C")
     else:
@@ -150,6 +154,8 @@ def _to_hbm(x, index):
 
 
 def _write_back(original, tensor: NkiTensor):
+    if isinstance(original, TensorSpec):
+        return  # a placeholder has no caller's array to update
     if _is_torch_tensor(original):
         import torch
 
@@ -243,29 +249,125 @@ def _estimates(run: Run) -> dict:
 
 
 def simulate(kernel):
-    """`nki.simulate(kernel)(*args)`: run the kernel in the simulator (NumPy in, NumPy out)."""
+    """`nki.simulate(kernel)(*args)`, `nki.simulate(kernel[grid])(*args)`: run the kernel in the
+    simulator; NumPy arrays in, NumPy arrays out (torch tensors in, torch tensors out)."""
     k, grid = _as_kernel(kernel)
     return lambda *args, **kwargs: launch(k, grid, args, kwargs)[0]
 
 
 def simulate_kernel(kernel, *args, **kwargs):
-    """Old-style `nki.simulate_kernel(kernel, *args)`."""
+    """Old-style `nki.simulate_kernel(kernel[grid], *args)`: simulate it once, return its outputs."""
     return simulate(kernel)(*args, **kwargs)
 
 
-def benchmark(kernel, target=None, warmup=None, iters=None, **_ignored):
-    """`nki.benchmark(kernel, target=...)(*args)` -> BenchmarkResult with the estimated latency.
+def _launchable(kernel):
+    """A Kernel or Launcher for `kernel`: a plain function is wrapped as `nki.jit` would."""
+    return kernel if isinstance(kernel, (Kernel, Launcher)) else Kernel(kernel)
+
+
+def cpu_simulate(kernel):
+    """nki-library's `nki.cpu_simulate(kernel)[lnc](**inputs)`: index with the logical NeuronCore
+    count (the launch grid), call to simulate."""
+    return _launchable(kernel)
+
+
+def baremetal(kernel=None, **options):
+    """`@nki.baremetal(...)` / `nki.baremetal(kernel)`: on hardware, compile the kernel and run it on a
+    NeuronCore without a framework (NumPy in and out). Here calling it simulates it. Options
+    (`save_neff_name`, `save_trace_name`, `additional_compile_opt`, ...) name compiler and
+    profiler artifacts that the simulator does not produce; they are accepted and ignored."""
+    if kernel is None:
+        return lambda k: baremetal(k, **options)
+    return _launchable(kernel)
+
+
+class Benchmarked:
+    """`nki.benchmark(...)(kernel)`: calling it (or `bench[grid]`) simulates the kernel, schedules
+    its trace with the cost model, returns the BenchmarkResult and keeps it as `.benchmark_result`
+    (AWS's attribute: `bench.benchmark_result.nc_latency.get_latency_percentile(99)`)."""
+
+    def __init__(self, kernel: Kernel, grid: tuple, target=None, parent=None):
+        self.kernel = kernel
+        self.grid = grid
+        self.target = target
+        self.benchmark_result = None
+        self._parent = parent  # `bench[grid](...)` also sets `bench.benchmark_result`, as AWS's tests read it
+
+    def __getitem__(self, grid) -> "Benchmarked":
+        return type(self)(self.kernel, _normalize_grid(grid), self.target, parent=self)
+
+    def __call__(self, *args, **kwargs) -> BenchmarkResult:
+        tgt = get_target(self.target or self.kernel.options.get("platform_target"))
+        outputs, r = launch(self.kernel, self.grid, args, kwargs, target=tgt)
+        result = estimate(r.trace, tgt.name, outputs)
+        node = self
+        while node is not None:
+            node.benchmark_result = result
+            node = node._parent
+        return result
+
+
+def benchmark(kernel=None, target=None, warmup=None, iters=None, **_ignored):
+    """`nki.benchmark(kernel, target=...)(*args)` -> BenchmarkResult with the estimated latency; also
+    AWS's decorator form `nki.benchmark(warmup=5, iters=10)(kernel)` (see Benchmarked).
 
     The kernel is simulated with that target's capacity rules, then its trace is scheduled by the
-    cost model. `target`: "trn2" or "trn3"; None means NEURON_PLATFORM_TARGET_OVERRIDE (default trn2). `warmup` / `iters` are accepted for compatibility and ignored (the estimate is
-    deterministic).
+    cost model: the latency is an estimate, not a measurement. `target`: "trn2" or "trn3"; None
+    means the kernel's `platform_target`, else NEURON_PLATFORM_TARGET_OVERRIDE (default trn2).
+    `warmup` / `iters` and AWS's other options (`save_neff_name`, `save_trace_name`, ...) are
+    accepted and ignored: the estimate is deterministic, every run gives the same number.
     """
+    if kernel is None:
+        return lambda k: benchmark(k, target, warmup, iters)
     k, grid = _as_kernel(kernel)
     get_target(target)  # an unknown target fails here, at the call naming it
+    return Benchmarked(k, grid, target)
 
-    def run(*args, **kwargs) -> BenchmarkResult:
-        tgt = get_target(target or k.options.get("platform_target"))
-        outputs, r = launch(k, grid, args, kwargs, target=tgt)
-        return estimate(r.trace, tgt.name, outputs)
 
-    return run
+class Profiled(Benchmarked):
+    """`nki.profile(...)(kernel)`: calling it simulates the kernel and returns its outputs; with a
+    `working_directory`, writes there `<trace name>.json`: the cost model's summary and the
+    instruction trace (the emulator has no NEFF/NTFF to save)."""
+
+    directory = None
+    trace_name = "profile.ntff"
+    overwrite = False
+
+    def __call__(self, *args, **kwargs):
+        result = super().__call__(*args, **kwargs)
+        if self.directory is not None:
+            _write_profile(result, self.kernel, self.directory, self.trace_name, self.overwrite)
+        return result.outputs
+
+    def __getitem__(self, grid) -> "Profiled":
+        child = super().__getitem__(grid)
+        child.directory, child.trace_name, child.overwrite = self.directory, self.trace_name, self.overwrite
+        return child
+
+
+def profile(func=None, working_directory=None, save_trace_name=None, overwrite=False, **_ignored):
+    """AWS's `@nki.profile(working_directory=..., save_trace_name=...)`; see Profiled. Its other
+    options (`save_neff_name`, `profile_nth`, `additional_compile_opt`) are accepted and ignored."""
+    if func is None:
+        return lambda f: profile(f, working_directory, save_trace_name, overwrite)
+    k, grid = _as_kernel(func)
+    profiled = Profiled(k, grid)
+    profiled.directory = working_directory
+    profiled.trace_name = save_trace_name or Profiled.trace_name
+    profiled.overwrite = overwrite
+    return profiled
+
+
+def _write_profile(result: BenchmarkResult, kernel: Kernel, directory, trace_name, overwrite) -> None:
+    import json
+    import os
+
+    path = os.path.join(directory, os.path.splitext(os.path.basename(trace_name))[0] + ".json")
+    if os.path.exists(path) and not overwrite:
+        raise FileExistsError(f"nki.profile: {path} exists; pass overwrite=True to replace it")
+    os.makedirs(directory, exist_ok=True)
+    record = {"kernel": kernel.func.__name__, "summary": result.summary(), "target": result.target,
+              "latency_us": result.latency_us, "engines_us": result.engines,
+              "instructions": [ins.as_dict() for ins in result.trace]}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1, default=str)

@@ -11,6 +11,7 @@ import builtins
 import math
 import types
 
+import ml_dtypes
 import numpy as np
 
 from . import isa as _isa
@@ -27,6 +28,23 @@ tile_size = types.SimpleNamespace(
     bn_stats_fmax=_isa.BN_STATS_FMAX, bn_stats_dim=_isa.BN_STATS_DIM, bn_aggr_dim=_isa.BN_AGGR_DIM,
     psum_partition_bytes=16384, psum_bank_bytes=2048,
 )
+
+
+class fp32:  # noqa: N801 - the NKI name
+    """`nl.fp32.min`: the most negative finite float32 (bit pattern 0xff7fffff). Kernels fill masked
+    positions with it rather than -inf, whose arithmetic (inf - inf = NaN) would spoil a softmax."""
+
+    min = float(np.finfo(np.float32).min)
+
+
+def finfo(dtype):
+    """`nl.finfo(dtype)`: the limits of a float dtype (`.min`, `.max`, `.eps`, `.tiny`, `.bits`), as
+    np.finfo, also for bfloat16 and the fp8 types."""
+    d = _dt.normalize(dtype, "nl.finfo")
+    if not _dt.is_float(d) or d is tfloat32:
+        raise NKIError("nl.finfo", f"no float limits for {_dt.name(d)}",
+                       "pass a float dtype: float32, bfloat16, float16, float8_e4m3, float8_e5m2")
+    return ml_dtypes.finfo(d)
 
 
 # ---------------------------------------------------------------------------- allocation
@@ -253,7 +271,7 @@ _ops.UNARY["copy"].helper = _copy_tile  # nl.copy is a tensor_copy, not a Scalar
 del _token
 
 __all__ = [
-    "sbuf", "psum", "hbm", "shared_hbm", "private_hbm", "tile_size", "ds", "par_dim",
+    "sbuf", "psum", "hbm", "shared_hbm", "private_hbm", "tile_size", "ds", "par_dim", "fp32", "finfo",
     "int8", "int16", "int32", "uint8", "uint16", "uint32", "float8_e4m3", "float8_e5m2", "float16",
     "bfloat16", "tfloat32", "float32", "bool_",
     "ndarray", "zeros", "ones", "full", "zeros_like", "ndarray_like",

@@ -12,11 +12,13 @@ import types
 
 import numpy as np
 
-from . import dtypes as _dt
-from . import elementwise as _ops
-from .errors import NKIError
-from .runtime import PMAX, current
-from .tensor import NkiTensor, box
+from .. import dtypes as _dt
+from .. import elementwise as _ops
+from ..errors import NKIError
+from ..runtime import PMAX, current
+from ..tensor import NkiTensor, box
+from . import constants
+from .constants import dge_mode, oob_mode
 
 engine = types.SimpleNamespace(tensor="tensor", vector="vector", scalar="scalar", gpsimd="gpsimd",
                                dma="dma", unknown=None)

@@ -11,6 +11,9 @@ command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 # torch first: the extension builds against it without build isolation.
 .venv/bin/python -m pip install -q torch==2.13.0
 .venv/bin/python -m pip install -q --no-build-isolation -e ".[test,hf,audit,fp8]"
+# `import nki` / `import neuronxcc.nki` in kernels written for AWS's packages: the startup hook
+# that a wheel installs, which an editable install leaves out (docs/nki.md, "Import styles").
+.venv/bin/python -m torch_neuronx._nki_aliases >/dev/null
 # Headless Chromium (Debian's package) for tests/test_audit_html.py, which opens the
 # audit's HTML report in a browser. Only as root with apt; a no-op once installed.
 if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then

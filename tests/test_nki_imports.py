@@ -157,7 +157,9 @@ def test_hook_does_nothing_without_this_torch_neuronx(tmp_path):
 def test_importing_the_simulator_installs_the_finder():
     import torch_neuronx.nki
 
-    assert sum(isinstance(f, _nki_aliases.AliasFinder) for f in sys.meta_path) == 1
+    # By name: where the startup hook is installed (scripts/setup.sh writes it) it loaded its own copy
+    # of _nki_aliases, whose finder class is another object with the same name.
+    assert sum(type(f).__name__ == "AliasFinder" for f in sys.meta_path) == 1
     import nki  # noqa: F401 - no real nki in the test environment
     import nki.language
 

@@ -51,8 +51,10 @@ def _ops(r: dict) -> list[str]:
     rows = r["ops"][:TOP]
     if not rows:
         return []
-    lines = [f"Ops on the device: {sum(o['calls'] for o in r['ops'])} calls of {len(r['ops'])} ops "
-             f"(top {len(rows)} by host time)",
+    outside = sum(p["calls"] for p in r.get("phases") or [])
+    apart = f", {outside} of them outside the steps (below)" if outside else ""
+    lines = [f"Ops on the device: {sum(o['calls'] for o in r['ops'])} calls of {len(r['ops'])} ops{apart} "
+             f"(top {len(rows)} by host time per step)",
              f"  {'op':<40} {'path':<9} {'calls/step':>10} {'host/step':>11} {'share':>6}"]
     for o in rows:
         lines.append(f"  {o['op']:<40} {o['path']:<9} {o['calls_per_step']:>10.4g} "

@@ -14,17 +14,15 @@ import os
 _LOGGING = ("the Trainer reads the loss, the gradient norm and the learning rate on the host at each "
             "logging step: raise `logging_steps` in TrainingArguments (e.g. 50 or more) so that it reads "
             "them less often")
+_NAN_FILTER = ("the Trainer checks each micro-batch's loss for nan/inf on the host (`logging_nan_inf_filter`, "
+               "on by default): pass `logging_nan_inf_filter=False` in TrainingArguments")
 _EVALUATION = ("the Trainer's evaluation reads its metrics on the host: evaluate less often with "
                "`eval_strategy` and `eval_steps` in TrainingArguments")
 
 KNOBS: dict[tuple[str, str], str] = {
     # `if torch.isnan(loss) or torch.isinf(loss)` on every micro-batch (logging_nan_inf_filter=True).
-    ("transformers", "_run_epoch"): (
-        "the Trainer checks each micro-batch's loss for nan/inf on the host (`logging_nan_inf_filter`, "
-        "on by default): pass `logging_nan_inf_filter=False` in TrainingArguments"),
-    ("transformers", "_inner_training_loop"): (
-        "the Trainer checks each micro-batch's loss for nan/inf on the host (`logging_nan_inf_filter`, "
-        "on by default): pass `logging_nan_inf_filter=False` in TrainingArguments"),
+    ("transformers", "_run_epoch"): _NAN_FILTER,
+    ("transformers", "_inner_training_loop"): _NAN_FILTER,
     ("transformers", "_maybe_log_save_evaluate"): _LOGGING,
     ("transformers", "_get_learning_rate"): _LOGGING,
     ("transformers", "_get_grad_norm"): _LOGGING,

@@ -99,3 +99,48 @@ def test_direct_kernel_counters_name_real_ops():
     }
     assert sorted(direct - set(executed)) == []
     assert sorted(key for key in executed if not _is_aten_overload(key)) == []
+
+
+# ------------------------------------------------- the taxonomy: the direct kernels
+
+import pathlib  # noqa: E402
+import re  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+def test_cpp_kernels_are_those_of_kernels_cpp():
+    source = (ROOT / "csrc" / "Kernels.cpp").read_text()
+    block = source[source.index("TORCH_LIBRARY_IMPL(aten, PrivateUse1"):]
+    block = block[:block.index("\n}\n")]
+    names = set(re.findall(r'DirectOp \w+\("([^"]+)"\)', source)) | set(re.findall(r'm\.impl\("([^"]+)"', block))
+    assert {registry.base_name(n) for n in names} == registry.CPP_KERNELS
+
+
+def test_fast_path_overloads_are_those_of_fastops_cpp():
+    source = (ROOT / "csrc" / "FastOps.cpp").read_text()
+    ops_ = re.findall(r"^NEURON_BINARY_KERNELS\((\w+),", source, re.MULTILINE)
+    assert ops_ and {f"{op}{suffix}.Tensor" for op in ops_ for suffix in ("", "_")} == registry.FAST_PATH_OVERLOADS
+
+
+def test_fast_path_overloads_are_served_by_fastops_not_the_alias_kernel():
+    """Two implementations, one stated choice: the alias kernel is not registered for them."""
+    alias = {name for name, _flags in ops.native_overloads()}
+    assert not alias & registry.FAST_PATH_OVERLOADS
+    for name in registry.FAST_PATH_OVERLOADS:
+        assert registry.base_name(name) in registry.NATIVE_OPS - registry.DIRECT_KERNELS, name
+        assert "FastOps.cpp" in torch._C._dispatch_dump("aten::" + name), name
+
+
+def test_python_kernels_are_those_of_the_ops_modules():
+    from torch_neuronx.ops import float8, histogram, rnn, topk
+
+    kernels = set(rnn.KERNELS) | set(histogram.KERNELS) | set(topk.KERNELS) | set(float8.KERNELS)
+    assert {registry.base_name(n) for n in kernels} == registry.PYTHON_KERNELS
+    assert not registry.CPP_KERNELS & registry.PYTHON_KERNELS
+
+
+def test_base_name_reads_every_spelling():
+    assert registry.base_name("aten::add_.Tensor") == "add"
+    assert registry.base_name("add.out") == "add"
+    assert registry.base_name("aten::__and__.Tensor") == "__and__"
+    assert registry.base_name("_local_scalar_dense") == "_local_scalar_dense"

@@ -1,9 +1,14 @@
-"""The native op set of the neuron device: the single list of ATen ops the
-device implements itself. Everything else runs through the CPU fallback
-(copied to the host and back, warned about, recorded).
+"""The op taxonomy of the neuron device: the native op set (the single list of
+ATen ops the device implements itself; everything else runs through the CPU
+fallback: copied to the host and back, warned about, recorded), which kernel
+serves each native op.
 
-Entries are base names; each stands for every overload of the op, its
-in-place variant (``name_``) and its ``out=`` forms. The eager runtime runs a
+Naming: entries are base names, the ATen overload packet's name without the
+``aten::`` namespace and without the in-place ``_``; each stands for every
+overload of the op, its in-place variant (``name_``) and its ``out=`` forms.
+base_name() maps any spelling ("aten::add_.Tensor") onto it. The one set that
+names single overloads (FAST_PATH_OVERLOADS) spells them "name.overload", as
+the dispatcher does without its namespace. The eager runtime runs a
 native op's CPU kernel directly on device memory. Ops listed here must have a
 CPU kernel of their own (not a CompositeImplicitAutograd decomposition): the
 registry test checks it.
@@ -124,16 +129,32 @@ DATA_DEPENDENT_SHAPE = frozenset({
 ACCEPTS_HOST_TENSORS = frozenset({"copy", "index", "index_put", "_index_put_impl", "_unsafe_index",
                                   "_unsafe_index_put"})
 
-# Implemented directly in csrc/Kernels.cpp (allocation, views, copies).
-DIRECT_KERNELS = frozenset({
+# The direct kernels: native ops with a kernel of the package's own instead of the
+# alias kernel (PyTorch's CPU kernel on device memory). Two sets, by language; the
+# registry tests check each against its source.
+# C++: csrc/Kernels.cpp (allocation, views, copies, storage, convolution, dropout).
+CPP_KERNELS = frozenset({
     "empty", "empty_strided", "_copy_from", "_copy_from_and_resize", "resize", "set",
     "_local_scalar_dense", "record_stream", "view", "as_strided", "_reshape_alias", "unfold",
     "view_as_real", "view_as_complex", "convolution_overrideable",
     "convolution_backward_overrideable", "native_dropout", "_has_compatible_shallow_copy_type",
-    # torch_neuronx/ops/rnn.py, histogram.py, topk.py and float8.py (Python kernels)
+})
+# Python: the KERNELS of torch_neuronx/ops/rnn.py, histogram.py, topk.py and float8.py.
+PYTHON_KERNELS = frozenset({
     "histc", "topk", "_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl",
     "_thnn_fused_gru_cell", "_thnn_fused_gru_cell_backward", "_scaled_mm", "_scaled_grouped_mm",
     "_scaled_mm_v2", "_scaled_grouped_mm_v2",
+})
+DIRECT_KERNELS = CPP_KERNELS | PYTHON_KERNELS
+
+# Overloads of native ops that have two implementations: csrc/FastOps.cpp's unboxed
+# kernel serves these (it hands unusual calls to the alias kernel's code itself); the
+# alias kernel serves every other overload of the op. This is the one statement of
+# which serves what: ops.native_overloads() leaves these out of the alias kernel's
+# registration (registering both would replace FastOps.cpp's kernel).
+FAST_PATH_OVERLOADS = frozenset({
+    "add.Tensor", "add_.Tensor", "sub.Tensor", "sub_.Tensor",
+    "mul.Tensor", "mul_.Tensor", "div.Tensor", "div_.Tensor",
 })
 
 # FP8 compute: native (eager and lowered) on instance profiles with FP8 (Trainium3),
@@ -141,3 +162,11 @@ DIRECT_KERNELS = frozenset({
 FP8_COMPUTE = frozenset({"_scaled_mm", "_scaled_grouped_mm", "_scaled_mm_v2", "_scaled_grouped_mm_v2"})
 
 NATIVE_OPS: frozenset[str] = frozenset(DATA_MOVEMENT) | frozenset(COMPUTE) | DIRECT_KERNELS
+
+
+
+def base_name(op: str) -> str:
+    """The registry's spelling of any op name: "aten::add_.Tensor", "add_", "add.out",
+    "add" -> "add". A dunder ("__and__") keeps its underscores."""
+    packet = op.rpartition("::")[2].partition(".")[0]
+    return packet[:-1] if packet.endswith("_") and not packet.endswith("__") else packet

@@ -101,7 +101,7 @@ def test_direct_kernel_counters_name_real_ops():
     assert sorted(key for key in executed if not _is_aten_overload(key)) == []
 
 
-# ------------------------------------------------- the taxonomy: the direct kernels
+# ------------------------------------------------- the taxonomy
 
 import pathlib  # noqa: E402
 import re  # noqa: E402
@@ -137,6 +137,13 @@ def test_python_kernels_are_those_of_the_ops_modules():
     kernels = set(rnn.KERNELS) | set(histogram.KERNELS) | set(topk.KERNELS) | set(float8.KERNELS)
     assert {registry.base_name(n) for n in kernels} == registry.PYTHON_KERNELS
     assert not registry.CPP_KERNELS & registry.PYTHON_KERNELS
+
+
+def test_classes_nest_as_stated():
+    assert registry.FP8_COMPUTE <= registry.PYTHON_KERNELS
+    assert registry.NO_KERNEL <= registry.CPP_KERNELS
+    assert registry.DATA_DEPENDENT < registry.DATA_DEPENDENT_SHAPE
+    assert registry.HOST_SYNC & registry.NO_KERNEL == {"_local_scalar_dense"}
 
 
 def test_base_name_reads_every_spelling():

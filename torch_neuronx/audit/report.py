@@ -350,7 +350,8 @@ def _memory(records: list[dict], targets: list) -> dict:
 HAZARD_TEXT = {
     "host_sync": "the host waits for the device (.item(), .cpu(), .tolist(), printing a tensor)",
     "float64": "float64 is computed as float32 on Trainium: results differ from float64 on CPU/GPU",
-    "data_dependent_shape": "the output's shape depends on the data: the host must wait to learn it",
+    "data_dependent_shape": ("the output's shape (or a result the host reads, as torch.equal's) depends on "
+                             "the data: the host must wait to learn it"),
     "fp8": "FP8 compute (torch._scaled_mm, torch._scaled_grouped_mm)",
 }
 

@@ -382,6 +382,27 @@ def test_hazards_of(op, path, args, expected):
     assert recorder.hazards_of(op, path, args) == expected
 
 
+_BOOL = {"dtype": "bool", "shape": [4], "device": "neuron:0"}
+_LONG = {"dtype": "int64", "shape": [4], "device": "neuron:0"}
+_F64 = {"dtype": "float64", "shape": [4], "device": "neuron:0"}
+
+
+@pytest.mark.parametrize("op, args, expected", [
+    # the registry's DATA_DEPENDENT ops the recorder once lacked (issue #29)
+    ("aten::bincount", [_LONG, None, 0], ["data_dependent_shape"]),
+    ("aten::repeat_interleave.Tensor", [_LONG, None], ["data_dependent_shape"]),
+    ("aten::repeat_interleave.Tensor", [_LONG, 10], []),  # output_size given: the shape is known
+    ("aten::linalg_lstsq", [_F64, _F64, None, None], ["data_dependent_shape", "float64"]),
+    ("aten::equal", [_LONG, _LONG], ["data_dependent_shape"]),
+    # nonzero_static has a static shape (it is the remedy the report suggests)
+    ("aten::nonzero_static", [_BOOL, 4, -1], []),
+    # a copy moves float64 exactly: no float64 hazard for any copy (clone, _to_copy), as for _copy_from
+    ("aten::clone", [_F64, None], []),
+])
+def test_hazards_follow_the_registry(op, args, expected):
+    assert recorder.hazards_of(op, "native", args) == expected
+
+
 @pytest.mark.parametrize("calls, first, steps, expected", [
     (10, 4, 4, 2.0),   # 6 calls over steps 2-4
     (7, 7, 1, 7.0),    # one step: its calls

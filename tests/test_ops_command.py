@@ -223,7 +223,7 @@ def test_summary_counts(capsys):
     code, out, _ = _ops(capsys, "--json")
     assert code == 0
     report = json.loads(out)
-    bases = {support._base_name(n[len("aten::"):].partition(".")[0])
+    bases = {registry.base_name(n[len("aten::"):].partition(".")[0])
              for n in torch._C._dispatch_get_all_op_names() if n.startswith("aten::")}
     assert report["aten_ops"] == len(bases)
     assert sum(report["eager"].values()) == sum(report["compile"].values()) == len(bases)

@@ -99,3 +99,125 @@ def test_direct_kernel_counters_name_real_ops():
     }
     assert sorted(direct - set(executed)) == []
     assert sorted(key for key in executed if not _is_aten_overload(key)) == []
+
+
+# ------------------------------------------------- the taxonomy: each class in one place
+
+import ast  # noqa: E402
+import pathlib  # noqa: E402
+import re  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "torch_neuronx"
+REGISTRY = PACKAGE / "ops" / "registry.py"
+
+# Every class of ops the package tests a name against.
+CLASSES = ("HOST_SYNC", "COPIES", "DATA_DEPENDENT", "VIEWS", "METADATA", "NO_KERNEL", "FP8_COMPUTE",
+           "CPP_KERNELS", "PYTHON_KERNELS", "FAST_PATH_OVERLOADS", "TENSOR_ENGINE")
+
+
+def _string_collections(tree):
+    """(is_a_set, strings) of each collection of strings written in a module: set, list and
+    tuple displays, a dict's keys when its values are constants too ({"aten::x": "item"}),
+    and the '''a b c'''.split() blocks. Dicts of functions (the ops' KERNELS) register
+    kernels: they are implementations, not classes."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Set, ast.List, ast.Tuple)):
+            is_set, items = isinstance(node, ast.Set), node.elts
+        elif isinstance(node, ast.Dict) and all(isinstance(v, ast.Constant) for v in node.values):
+            is_set, items = True, node.keys
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "split"
+              and isinstance(node.func.value, ast.Constant) and isinstance(node.func.value.value, str)):
+            yield False, node.func.value.value.split()
+            continue
+        else:
+            continue
+        strings = [i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)]
+        if strings:
+            yield is_set, strings
+
+
+def _defines(strings: list[str], name: str, is_set: bool = True) -> bool:
+    """Whether a collection restates the class: two of its ops, or a set (or mapping) of
+    nothing but its ops, in any spelling ("aten::nonzero", "resize_", "set_.source_Tensor").
+    A one-string tuple is a record, not a class (("matmul", m, n) in nki/isa.py)."""
+    members = getattr(registry, name)
+    if name == "FAST_PATH_OVERLOADS":
+        found = [s for s in strings if s.rpartition("::")[2] in members]
+    else:
+        found = [s for s in strings if registry.base_name(s) in members]
+    return len(found) >= 2 or bool(is_set and found and len(found) == len(strings))
+
+
+# Collections of op names elsewhere that overlap a class without being one.
+NOT_CLASSES = {
+    # the view ops whose *_copy lowering reuses the view's rule: the lowering table's own choice
+    ("torch_neuronx/lowering/misc.py", ("as_strided", "permute", "select", "slice", "split", "unbind", "view")),
+}
+
+
+def test_each_class_is_defined_in_one_module():
+    where = {name: set() for name in CLASSES}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = str(path.relative_to(ROOT))
+        for is_set, strings in _string_collections(ast.parse(path.read_text(), module)):
+            if (module, tuple(strings)) in NOT_CLASSES:
+                continue
+            for name in CLASSES:
+                if _defines(strings, name, is_set):
+                    where[name].add(module)
+    assert where == {name: {"torch_neuronx/ops/registry.py"} for name in CLASSES}
+
+
+def test_the_scan_finds_a_restated_class():
+    """The check above is not vacuous: the old spellings of the audit's sets count."""
+    assert _defines(["aten::_local_scalar_dense"], "HOST_SYNC")
+    assert _defines(["aten::nonzero", "aten::masked_select", "aten::nonzero_static"], "DATA_DEPENDENT")
+    assert _defines(["set_", "resize_", "resize_as_"], "METADATA")
+    assert _defines(["aten::add.Tensor", "aten::add_.Tensor"], "FAST_PATH_OVERLOADS")
+    assert not _defines(["copy", "index", "index_put"], "COPIES")  # ACCEPTS_HOST_TENSORS
+
+
+def test_cpp_kernels_are_those_of_kernels_cpp():
+    source = (ROOT / "csrc" / "Kernels.cpp").read_text()
+    block = source[source.index("TORCH_LIBRARY_IMPL(aten, PrivateUse1"):]
+    block = block[:block.index("\n}\n")]
+    names = set(re.findall(r'DirectOp \w+\("([^"]+)"\)', source)) | set(re.findall(r'm\.impl\("([^"]+)"', block))
+    assert {registry.base_name(n) for n in names} == registry.CPP_KERNELS
+
+
+def test_fast_path_overloads_are_those_of_fastops_cpp():
+    source = (ROOT / "csrc" / "FastOps.cpp").read_text()
+    ops_ = re.findall(r"^NEURON_BINARY_KERNELS\((\w+),", source, re.MULTILINE)
+    assert ops_ and {f"{op}{suffix}.Tensor" for op in ops_ for suffix in ("", "_")} == registry.FAST_PATH_OVERLOADS
+
+
+def test_fast_path_overloads_are_served_by_fastops_not_the_alias_kernel():
+    """Two implementations, one stated choice: the alias kernel is not registered for them."""
+    alias = {name for name, _flags in ops.native_overloads()}
+    assert not alias & registry.FAST_PATH_OVERLOADS
+    for name in registry.FAST_PATH_OVERLOADS:
+        assert registry.base_name(name) in registry.NATIVE_OPS - registry.DIRECT_KERNELS, name
+        assert "FastOps.cpp" in torch._C._dispatch_dump("aten::" + name), name
+
+
+def test_python_kernels_are_those_of_the_ops_modules():
+    from torch_neuronx.ops import float8, histogram, rnn, topk
+
+    kernels = set(rnn.KERNELS) | set(histogram.KERNELS) | set(topk.KERNELS) | set(float8.KERNELS)
+    assert {registry.base_name(n) for n in kernels} == registry.PYTHON_KERNELS
+    assert not registry.CPP_KERNELS & registry.PYTHON_KERNELS
+
+
+def test_classes_nest_as_stated():
+    assert registry.FP8_COMPUTE <= registry.PYTHON_KERNELS
+    assert registry.NO_KERNEL <= registry.CPP_KERNELS
+    assert registry.DATA_DEPENDENT < registry.DATA_DEPENDENT_SHAPE
+    assert registry.HOST_SYNC & registry.NO_KERNEL == {"_local_scalar_dense"}
+
+
+def test_base_name_reads_every_spelling():
+    assert registry.base_name("aten::add_.Tensor") == "add"
+    assert registry.base_name("add.out") == "add"
+    assert registry.base_name("aten::__and__.Tensor") == "__and__"
+    assert registry.base_name("_local_scalar_dense") == "_local_scalar_dense"

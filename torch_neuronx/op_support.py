@@ -36,9 +36,9 @@ import sys
 
 import torch
 
-from torch_neuronx.ops import _base_name, sparse
+from torch_neuronx.ops import sparse
 from torch_neuronx.ops.registry import (
-    DATA_DEPENDENT_SHAPE, DATA_MOVEMENT, DIRECT_KERNELS, FP8_COMPUTE, NATIVE_OPS,
+    DATA_DEPENDENT_SHAPE, DATA_MOVEMENT, DIRECT_KERNELS, FP8_COMPUTE, NATIVE_OPS, base_name,
 )
 
 PAGE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "supported-operators.md"
@@ -46,7 +46,7 @@ REGENERATE = "python -m torch_neuronx.op_support --write"
 
 # Eager routes of an op on neuron tensors.
 NATIVE = "native"                # in the native op set: PyTorch's CPU kernel runs on device memory
-DIRECT = "direct"                # a direct kernel (csrc/Kernels.cpp, ops/rnn.py, histogram.py, topk.py)
+DIRECT = "direct"                # a direct kernel (registry CPP_KERNELS, PYTHON_KERNELS)
 COMPOSITE = "composite"          # PyTorch's composite kernel: the ops it calls run as listed for them
 FALLBACK = "cpu fallback"        # copied to the host, run by PyTorch's CPU kernel, copied back
 NO_KERNEL = "not supported"      # no kernel the device can use (e.g. CUDA-only ops)
@@ -115,14 +115,14 @@ class OpSupport:
 def aten_overloads() -> dict[str, tuple[str, ...]]:
     """Base name -> its overloads ("name.overload", "name" for the default), every
     aten operator the dispatcher knows, in-place and out= forms under the
-    functional op's base name (the registry's convention, ops._base_name).
+    functional op's base name (the registry's convention, registry.base_name).
     Read once: PyTorch registers the aten operators when it is imported."""
     ops: dict[str, list[str]] = {}
     for qualified in torch._C._dispatch_get_all_op_names():
         if not qualified.startswith("aten::"):
             continue
         full = qualified[len("aten::"):]
-        ops.setdefault(_base_name(full.partition(".")[0]), []).append(full)
+        ops.setdefault(base_name(full), []).append(full)
     return {base: tuple(sorted(names)) for base, names in sorted(ops.items())}
 
 
@@ -303,7 +303,7 @@ def resolve(name: str) -> tuple[str, str | None]:
         if text.startswith(prefix):
             text = text[len(prefix):]
     op_name, _, overload = text.partition(".")
-    base = _base_name(op_name)
+    base = base_name(op_name)
     known = aten_overloads()
     if base not in known:
         close = difflib.get_close_matches(base, known, n=3, cutoff=0.7)

@@ -22,7 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from torch_neuronx.audit.recorder import is_tensor, tensors
 from torch_neuronx.neuron.profiles import PROFILES, InstanceProfile
-from torch_neuronx.ops.registry import FP8_COMPUTE
+from torch_neuronx.ops import registry
 
 TERA = 1e12
 GIGA = 1e9
@@ -85,25 +85,13 @@ BOUNDS = (LOW, HIGH)
 CLASSES = ("matmul", "vector", "data", "fallback", "launch", "graphs", "collectives")
 MODES = ("eager", "compiled")
 
-# --- op classes, by ATen name (overload stripped) ----------------------------------------
+# --- op classes: the registry's (ops/registry.py), tested on base names ----------------
+# FP8_COMPUTE: TensorE at the FP8 rate on Trainium3; elsewhere the device raises, so they cannot
+# run there (estimate_step's "not_runnable").
 
-_TENSOR_OPS = {
-    "mm", "bmm", "addmm", "addbmm", "baddbmm", "matmul", "linear", "addmv", "mv",
-    "_scaled_mm", "_grouped_mm", "_scaled_grouped_mm", "_int_mm", "_scaled_mm_v2", "_scaled_grouped_mm_v2",
-}
-_VIEW_OPS = {
-    "view", "_unsafe_view", "reshape", "_reshape_alias", "expand", "expand_as", "as_strided",
-    "as_strided_", "permute", "transpose", "transpose_", "t", "t_", "squeeze", "squeeze_",
-    "unsqueeze", "unsqueeze_", "slice", "select", "detach", "detach_", "alias", "unfold",
-    "narrow", "split", "split_with_sizes", "chunk", "unbind", "view_as", "view_as_real",
-    "view_as_complex", "diagonal", "flatten", "unflatten", "movedim", "lift_fresh",
-}
-_METADATA_OPS = {"set_", "resize_", "resize_as_"}  # change metadata/storage, move no data
-# FP8 compute (ops/registry.FP8_COMPUTE): TensorE at the FP8 rate on Trainium3; elsewhere the
-# device raises, so they cannot run there (estimate_step's "not_runnable").
-_FP8_COMPUTE_OPS = FP8_COMPUTE
-_COPY_OPS = {"copy_", "_copy_from", "_copy_from_and_resize", "_to_copy", "clone", "contiguous"}
-_SYNC_OPS = {"_local_scalar_dense", "item"}  # the host reads a device value: waits for the device
+
+def _in(name: str, cls: frozenset) -> bool:
+    return registry.base_name(name) in cls
 
 
 def _split_op(op: str) -> tuple[str, str, str]:
@@ -115,21 +103,17 @@ def _split_op(op: str) -> tuple[str, str, str]:
     return namespace, name, overload or "default"
 
 
-def _is_alloc(name: str) -> bool:
-    return name.startswith(("empty", "new_empty"))
-
-
-def _is_tensor_class(name: str) -> bool:
-    return name in _TENSOR_OPS or "conv" in name or "attention" in name or "scaled_dot_product" in name
+def _moves_nothing(name: str) -> bool:
+    """Allocation, views and metadata changes: no data moves."""
+    return registry.is_allocation(name) or _in(name, registry.VIEWS) or _in(name, registry.METADATA)
 
 
 def _is_data(name: str) -> bool:
-    return (_is_alloc(name) or name in _VIEW_OPS or name in _METADATA_OPS or name in _COPY_OPS
-            or name in _SYNC_OPS or name.endswith("_copy"))
+    return _moves_nothing(name) or registry.is_copy(name) or _in(name, registry.HOST_SYNC)
 
 
 def _engine(name: str, flops: int, nbytes: int) -> str:
-    if flops > 0 and _is_tensor_class(name):
+    if flops > 0 and registry.is_tensor_engine(name):
         return "tensor"
     if _is_data(name):
         return "data"
@@ -237,7 +221,7 @@ def _compute_work(op: str, args: list) -> dict:
     in_bytes = sum(_tensor_bytes(t) for t in tensors(args))
     flops, nbytes, ran = 0, 2 * in_bytes, False
     # A second try with column-major 2-D operands, for the matmul kernels that require it.
-    for column_major in (False, True) if _is_tensor_class(name) else (False,):
+    for column_major in (False, True) if registry.is_tensor_engine(name) else (False,):
         try:
             flops, out_bytes = _run_meta(_overload(op), list(args), column_major)
         except Exception:  # noqa: BLE001 - any failure of the meta run means "work unknown"
@@ -353,9 +337,9 @@ def _transfer(name: str, args: list) -> tuple[str, int] | None:
 
 
 def _data_seconds(name: str, args: list, work: dict, rates: CoreRates, b: Bound) -> float:
-    if name in _SYNC_OPS:
+    if _in(name, registry.HOST_SYNC):
         return b.sync_s
-    if _is_alloc(name) or name in _VIEW_OPS or name in _METADATA_OPS:
+    if _moves_nothing(name):
         return 0.0
     transfer = _transfer(name, args)
     if transfer is not None:
@@ -368,7 +352,7 @@ def _device_op(sig: dict, work: dict, rates, profile, notes) -> tuple[str, list[
     """(class, [low, high] seconds) of one call of a native/direct op."""
     name = _split_op(sig["op"])[1]
     args = sig.get("args", [])
-    if name in _FP8_COMPUTE_OPS and not profile.fp8:
+    if _in(name, registry.FP8_COMPUTE) and not profile.fp8:
         notes.add(f"{profile.name}: torch.{name} cannot run there (FP8 compute needs Trainium3; the "
                   "device raises \"FP8 compute needs Trainium3\", docs/fp8.md): its calls are costed at "
                   "the BF16 rate, as if rewritten in bfloat16.")
@@ -492,7 +476,7 @@ def estimate_step(signatures, graphs, collectives, profile, mode: str = "eager")
     not_runnable = set()
     for sig in signatures or ():
         calls = float(sig.get("calls_per_step", 0.0))
-        if _split_op(sig["op"])[1] in _FP8_COMPUTE_OPS and not profile.fp8:
+        if _in(sig["op"], registry.FP8_COMPUTE) and not profile.fp8:
             not_runnable.add(sig["op"])
         work = _work(sig["op"], sig.get("args", []))
         no_flops += not work["meta"]

@@ -52,7 +52,7 @@ from collections import Counter, defaultdict
 import torch
 
 from torch_neuronx import observe
-from torch_neuronx.ops.registry import FP8_COMPUTE
+from torch_neuronx.ops import registry
 
 RECORD_VERSION = 2
 AFTER_LAST_STEP = "after_last_step"  # the phase of the work after the last step outside named phases
@@ -60,15 +60,11 @@ AFTER_LAST_STEP = "after_last_step"  # the phase of the work after the last step
 # The recording of this process, or None (no audit): the compiler's hooks test it.
 ACTIVE: "Recording | None" = None
 
-# Ops whose result is read by the host (the device waits for it) and ops whose
-# output shape depends on the data (the host must learn it before going on).
-SYNC_OPS = {"aten::_local_scalar_dense": "item"}
-DATA_DEPENDENT_OPS = {"aten::nonzero", "aten::masked_select", "aten::unique_dim", "aten::_unique2",
-                      "aten::unique_consecutive", "aten::nonzero_static"}
-COPY_OPS = {"aten::_copy_from", "aten::_copy_from_and_resize"}
+# The op classes behind the hazards are the registry's (ops/registry.py): HOST_SYNC (the
+# device waits while the host reads its result), DATA_DEPENDENT (the host must learn an
+# output's shape or value before going on), copies (move float64 exactly: no float64
+# hazard) and FP8_COMPUTE (Trainium3 only; float8 storage and casts run everywhere).
 FP64 = {"float64", "complex128"}
-# FP8 compute (registry.FP8_COMPUTE): runs on Trainium3 only. Float8 storage and casts run everywhere.
-FP8_COMPUTE_OPS = {"aten::" + name for name in FP8_COMPUTE}
 
 
 # ----------------------------------------------------------------- user lines
@@ -178,11 +174,20 @@ def tensors(args):
 
 def _copies_to_host(op: str, args: list) -> bool:
     """A copy from a neuron tensor into a CPU one: copy_(dst, src) (.cpu() takes this
-    path) or _copy_from(src, dst)."""
-    if (op not in COPY_OPS and op != "aten::copy_") or len(args) < 2 or not (is_tensor(args[0]) and is_tensor(args[1])):
+    path) or _copy_from(src, dst). Only these copies take two tensors."""
+    if not registry.is_copy(op) or len(args) < 2 or not (is_tensor(args[0]) and is_tensor(args[1])):
         return False
-    source, target = (args[1], args[0]) if op == "aten::copy_" else (args[0], args[1])
+    source, target = (args[1], args[0]) if registry.base_name(op) == "copy" else (args[0], args[1])
     return source["device"].startswith("neuron") and target["device"] == "cpu"
+
+
+def _data_dependent(op: str, args: list) -> bool:
+    """A call of a DATA_DEPENDENT op, but for repeat_interleave given its output_size (its
+    last argument, an int): the caller states the shape, the host reads nothing."""
+    base = registry.base_name(op)
+    if base not in registry.DATA_DEPENDENT:
+        return False
+    return not (base == "repeat_interleave" and args and isinstance(args[-1], int))
 
 
 def hazards_of(op: str, path: str, args: list) -> list[str]:
@@ -190,17 +195,17 @@ def hazards_of(op: str, path: str, args: list) -> list[str]:
     found = []
     if path == "fallback":
         found.append("fallback")
-    if op in SYNC_OPS:
+    if registry.base_name(op) in registry.HOST_SYNC:
         found.append("host_sync")
     elif _copies_to_host(op, args):
         found.append("host_sync")  # .cpu(), .tolist(), .numpy(): device-to-host copies
-    if op in DATA_DEPENDENT_OPS:
+    if _data_dependent(op, args):
         found.append("data_dependent_shape")
     described = list(tensors(args))
     if any(t["dtype"] in FP64 and t["device"].startswith("neuron") for t in described) \
-            and op not in COPY_OPS:
+            and not registry.is_copy(op):
         found.append("float64")
-    if op.partition(".")[0] in FP8_COMPUTE_OPS:
+    if registry.base_name(op) in registry.FP8_COMPUTE:
         found.append("fp8")
     return found
 

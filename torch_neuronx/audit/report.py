@@ -27,18 +27,17 @@ from dataclasses import dataclass, field
 from torch_neuronx.audit.formatting import site_text
 from torch_neuronx.audit.knobs import library_remedy
 from torch_neuronx.audit.recorder import AFTER_LAST_STEP, is_tensor
+from torch_neuronx.ops import registry
 
 REPORT_SCHEMA_VERSION = 1
 DEFAULT_TARGETS = ("trn2.3xlarge", "trn3.3xlarge")
 
-# Device calls that are not kernels the device compiles: allocation, metadata,
-# copies (DMA) and reading a scalar.
-NO_KERNEL_OPS = {
-    "aten::empty.memory_format", "aten::empty_strided", "aten::_copy_from",
-    "aten::_copy_from_and_resize", "aten::resize_", "aten::set_", "aten::set_.source_Storage",
-    "aten::set_.source_Storage_storage_offset", "aten::set_.source_Tensor",
-    "aten::_local_scalar_dense",
-}
+
+def _compiles_kernel(signature: dict) -> bool:
+    """A device call the device compiles a kernel for: not a fallback, not one of the
+    registry's NO_KERNEL calls (allocation, storage metadata, copies, scalar reads)."""
+    return signature["path"] != "fallback" and registry.base_name(signature["op"]) not in registry.NO_KERNEL
+
 
 # A signature first seen after step 1 in at least this many steps means the
 # shapes keep changing (shape churn), not a one-off (an evaluation at the end).
@@ -256,7 +255,7 @@ def _fallbacks(signatures: list[dict], ops: list[dict]) -> list[dict]:
 
 def _eager_compilations(record: dict) -> dict:
     """Distinct kernel signatures: each is compiled on first use on the device."""
-    every = [s for s in record["signatures"] if s["path"] != "fallback" and s["op"] not in NO_KERNEL_OPS]
+    every = [s for s in record["signatures"] if _compiles_kernel(s)]
     kernels = [s for s in every if not s.get("first_phase")]  # a phase's new kernels are its own
     steps = len(record["steps"])
     new_by_step = [0] * (steps + 1)  # index k: first seen in step k+1; the last: after the last step
@@ -351,7 +350,8 @@ def _memory(records: list[dict], targets: list) -> dict:
 HAZARD_TEXT = {
     "host_sync": "the host waits for the device (.item(), .cpu(), .tolist(), printing a tensor)",
     "float64": "float64 is computed as float32 on Trainium: results differ from float64 on CPU/GPU",
-    "data_dependent_shape": "the output's shape depends on the data: the host must wait to learn it",
+    "data_dependent_shape": ("the output's shape (or a result the host reads, as torch.equal's) depends on "
+                             "the data: the host must wait to learn it"),
     "fp8": "FP8 compute (torch._scaled_mm, torch._scaled_grouped_mm)",
 }
 
@@ -484,7 +484,7 @@ def _phases(record: dict, targets: list, options: Options) -> list[dict]:
         units = phase["units"] / count if phase.get("unit") and phase["units"] else None
         table = dict(prices.DEFAULT_PRICES) | options.prices
         after = phase["after_steps"]
-        new_kernels = sum(1 for s in record["signatures"] if s["path"] != "fallback" and s["op"] not in NO_KERNEL_OPS
+        new_kernels = sum(1 for s in record["signatures"] if _compiles_kernel(s)
                           and (s.get("first_phase") == name if name != AFTER_LAST_STEP
                                else (not s.get("first_phase") and s["first_step"] >= steps)))
         rows.append(_rounded({

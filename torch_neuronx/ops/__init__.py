@@ -12,6 +12,7 @@ from torch_neuronx.ops.registry import (
     ACCEPTS_HOST_TENSORS,
     DATA_MOVEMENT,
     DIRECT_KERNELS,
+    FAST_PATH_OVERLOADS,
     NATIVE_OPS,
 )
 
@@ -22,10 +23,6 @@ EXACT_FP64 = _C._op_flags["exact_fp64"]
 
 _FALLBACK_MODES = dict(_C._fallback_modes)
 _FP64_MODES = dict(_C._fp64_modes)
-
-
-def _base_name(packet: str) -> str:
-    return packet[:-1] if packet.endswith("_") and not packet.endswith("__") else packet
 
 
 def _overloads(base: str):
@@ -65,7 +62,8 @@ def _draws_from_default_generator(name: str) -> bool:
 
 
 def native_overloads() -> list[tuple[str, int]]:
-    """(name.overload, flags) of every overload the alias kernel serves."""
+    """(name.overload, flags) of every overload the alias kernel serves: those of
+    the native set less the direct kernels' ops and FAST_PATH_OVERLOADS."""
     result = []
     for base in sorted(NATIVE_OPS - DIRECT_KERNELS):
         flags = (CROSS_DEVICE if base in ACCEPTS_HOST_TENSORS else 0) | (
@@ -73,10 +71,9 @@ def native_overloads() -> list[tuple[str, int]]:
         )
         for name in _overloads(base):
             qualified = "aten::" + name
-            if not _has_own_cpu_kernel(qualified) or _draws_from_default_generator(name):
+            if name in FAST_PATH_OVERLOADS or not _has_own_cpu_kernel(qualified) \
+                    or _draws_from_default_generator(name):
                 continue
-            if torch._C._dispatch_has_kernel_for_dispatch_key(qualified, "PrivateUse1"):
-                continue  # a direct kernel in csrc/Kernels.cpp
             result.append((name, flags))
     return result
 

@@ -30,7 +30,6 @@ first (pack_uint4's order); self is (M, K/2), mat2 (K/2, N).
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch

@@ -1,9 +1,16 @@
-"""The native op set of the neuron device: the single list of ATen ops the
-device implements itself. Everything else runs through the CPU fallback
-(copied to the host and back, warned about, recorded).
+"""The op taxonomy of the neuron device: the native op set (the single list of
+ATen ops the device implements itself; everything else runs through the CPU
+fallback: copied to the host and back, warned about, recorded), which kernel
+serves each native op, and every other class of ops the package tests a name
+against (host syncs, copies, views, data-dependent ops, ...). No other module
+lists ops: they import these sets (tests/test_registry.py checks it).
 
-Entries are base names; each stands for every overload of the op, its
-in-place variant (``name_``) and its ``out=`` forms. The eager runtime runs a
+Naming: entries are base names, the ATen overload packet's name without the
+``aten::`` namespace and without the in-place ``_``; each stands for every
+overload of the op, its in-place variant (``name_``) and its ``out=`` forms.
+base_name() maps any spelling ("aten::add_.Tensor") onto it. The one set that
+names single overloads (FAST_PATH_OVERLOADS) spells them "name.overload", as
+the dispatcher does without its namespace. The eager runtime runs a
 native op's CPU kernel directly on device memory. Ops listed here must have a
 CPU kernel of their own (not a CompositeImplicitAutograd decomposition): the
 registry test checks it.
@@ -97,19 +104,26 @@ COMPUTE = """
     _foreach_max
 """.split()
 
-# Native in eager, never handed to the compiler: Dynamo stops the graph before them
-# (a graph break; capture_dynamic_output_shape_ops is off) and runs them eagerly on
-# the device between compiled graphs.
-DATA_DEPENDENT_SHAPE = frozenset({
+# Ops whose call makes the host read device values before it can go on: the output's
+# shape depends on them, or the result is a Python value. The audit flags each call
+# ("data-dependent shape"; repeat_interleave only without output_size, recorder.py).
+DATA_DEPENDENT = frozenset({
     # the output's shape depends on the values
     "nonzero", "masked_select", "_unique2", "unique_dim", "unique_consecutive", "bincount",
     "repeat_interleave",  # with a tensor of repeats; repeat_interleave(x, int) decomposes and compiles
     "linalg_lstsq",  # residuals are empty unless every matrix has full rank
     # the result is a Python value that steers Python control flow
     "equal",  # bool
-    "_fused_sdp_choice",  # the SDPA backend index, chosen while tracing; stays native so eager
-                          # attention does not copy q/k/v to the host just to pick a kernel
 })
+
+# Native in eager, never handed to the compiler: Dynamo stops the graph before them
+# (a graph break; capture_dynamic_output_shape_ops is off) and runs them eagerly on
+# the device between compiled graphs. The name is historical: it holds DATA_DEPENDENT
+# and one op decided while tracing.
+DATA_DEPENDENT_SHAPE = DATA_DEPENDENT | {
+    "_fused_sdp_choice",  # the SDPA backend index, chosen while tracing from metadata (no device
+                          # values); stays native so eager attention does not copy q/k/v to the host
+}
 
 # Left the native set under the invariant (they now take the CPU fallback in eager):
 #   _linalg_det, _linalg_slogdet: the LU factors they return (read by their backward formulas) are
@@ -124,16 +138,32 @@ DATA_DEPENDENT_SHAPE = frozenset({
 ACCEPTS_HOST_TENSORS = frozenset({"copy", "index", "index_put", "_index_put_impl", "_unsafe_index",
                                   "_unsafe_index_put"})
 
-# Implemented directly in csrc/Kernels.cpp (allocation, views, copies).
-DIRECT_KERNELS = frozenset({
+# The direct kernels: native ops with a kernel of the package's own instead of the
+# alias kernel (PyTorch's CPU kernel on device memory). Two sets, by language; the
+# registry tests check each against its source.
+# C++: csrc/Kernels.cpp (allocation, views, copies, storage, convolution, dropout).
+CPP_KERNELS = frozenset({
     "empty", "empty_strided", "_copy_from", "_copy_from_and_resize", "resize", "set",
     "_local_scalar_dense", "record_stream", "view", "as_strided", "_reshape_alias", "unfold",
     "view_as_real", "view_as_complex", "convolution_overrideable",
     "convolution_backward_overrideable", "native_dropout", "_has_compatible_shallow_copy_type",
-    # torch_neuronx/ops/rnn.py, histogram.py, topk.py and float8.py (Python kernels)
+})
+# Python: the KERNELS of torch_neuronx/ops/rnn.py, histogram.py, topk.py and float8.py.
+PYTHON_KERNELS = frozenset({
     "histc", "topk", "_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl",
     "_thnn_fused_gru_cell", "_thnn_fused_gru_cell_backward", "_scaled_mm", "_scaled_grouped_mm",
     "_scaled_mm_v2", "_scaled_grouped_mm_v2",
+})
+DIRECT_KERNELS = CPP_KERNELS | PYTHON_KERNELS
+
+# Overloads of native ops that have two implementations: csrc/FastOps.cpp's unboxed
+# kernel serves these (it hands unusual calls to the alias kernel's code itself); the
+# alias kernel serves every other overload of the op. This is the one statement of
+# which serves what: ops.native_overloads() leaves these out of the alias kernel's
+# registration (registering both would replace FastOps.cpp's kernel).
+FAST_PATH_OVERLOADS = frozenset({
+    "add.Tensor", "add_.Tensor", "sub.Tensor", "sub_.Tensor",
+    "mul.Tensor", "mul_.Tensor", "div.Tensor", "div_.Tensor",
 })
 
 # FP8 compute: native (eager and lowered) on instance profiles with FP8 (Trainium3),
@@ -141,3 +171,64 @@ DIRECT_KERNELS = frozenset({
 FP8_COMPUTE = frozenset({"_scaled_mm", "_scaled_grouped_mm", "_scaled_mm_v2", "_scaled_grouped_mm_v2"})
 
 NATIVE_OPS: frozenset[str] = frozenset(DATA_MOVEMENT) | frozenset(COMPUTE) | DIRECT_KERNELS
+
+
+# ------------------------------------------------------------------ what a device call does
+# The audit's op classes (audit/recorder.py, report.py, estimate.py test a recorded name
+# such as "aten::add_.Tensor" with base_name(), or with the rules below).
+
+# The host reads a device value and waits for the device (.item(); item is the composite).
+HOST_SYNC = frozenset({"_local_scalar_dense", "item"})
+
+# Copies: move data and compute nothing (float64 stays exact), plus every "*_copy" op
+# (is_copy). copy, _copy_from and _copy_from_and_resize may cross the host link: the
+# audit reads the direction from their arguments.
+COPIES = frozenset({"copy", "_copy_from", "_copy_from_and_resize", "_to_copy", "clone", "contiguous"})
+
+# Views: a new tensor over the same storage; no data moves.
+VIEWS = frozenset({
+    "view", "_unsafe_view", "reshape", "_reshape_alias", "expand", "expand_as", "as_strided",
+    "permute", "transpose", "t", "squeeze", "unsqueeze", "slice", "select", "detach", "alias",
+    "unfold", "narrow", "split", "split_with_sizes", "chunk", "unbind", "view_as", "view_as_real",
+    "view_as_complex", "diagonal", "flatten", "unflatten", "movedim", "lift_fresh",
+})
+
+# Change a tensor's metadata or storage; move no data.
+METADATA = frozenset({"set", "resize", "resize_as"})
+
+# Device calls that are not kernels the device compiles: allocation, storage metadata,
+# copies (DMA) and reading a scalar. The audit counts every other first call as a kernel
+# compilation. All are C++ kernels (the registry test checks it).
+NO_KERNEL = frozenset({
+    "empty", "empty_strided", "_copy_from", "_copy_from_and_resize", "resize", "set",
+    "_local_scalar_dense",
+})
+
+# TensorE work (the estimate's "matmul" class), plus, by rule, convolutions and attention
+# (is_tensor_engine).
+TENSOR_ENGINE = frozenset({
+    "mm", "bmm", "addmm", "addbmm", "baddbmm", "matmul", "linear", "addmv", "mv",
+    "_scaled_mm", "_grouped_mm", "_scaled_grouped_mm", "_int_mm", "_scaled_mm_v2", "_scaled_grouped_mm_v2",
+})
+
+
+def base_name(op: str) -> str:
+    """The registry's spelling of any op name: "aten::add_.Tensor", "add_", "add.out",
+    "add" -> "add". A dunder ("__and__") keeps its underscores."""
+    packet = op.rpartition("::")[2].partition(".")[0]
+    return packet[:-1] if packet.endswith("_") and not packet.endswith("__") else packet
+
+
+def is_allocation(op: str) -> bool:
+    """empty, empty_strided, empty_like, new_empty, ...: allocate, move no data."""
+    return base_name(op).startswith(("empty", "new_empty"))
+
+
+def is_copy(op: str) -> bool:
+    base = base_name(op)
+    return base in COPIES or base.endswith("_copy")
+
+
+def is_tensor_engine(op: str) -> bool:
+    base = base_name(op)
+    return base in TENSOR_ENGINE or "conv" in base or "attention" in base or "scaled_dot_product" in base

@@ -15,6 +15,8 @@ tracking, NKI custom ops, torch.compile metrics).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 
 def _autoload() -> None:
     """Entry point of the ``torch.backends`` group: importing did the work.
@@ -35,7 +37,24 @@ _startup.run()
 # The public face (see the rule in the docstring). Imported after run(): importing
 # torch_neuronx.neuron reads the instance profile, whose errors run() reports.
 from torch_neuronx import neuron as _neuron  # noqa: E402
-from torch_neuronx.neuron import *  # noqa: E402, F401, F403  (exactly torch.neuron.__all__)
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ below serves these names
+    from torch_neuronx.neuron import *  # noqa: F401, F403
+
+
+def __getattr__(name: str):
+    """torch.neuron's public names, looked up at each access rather than copied: a name that
+    torch.neuron replaces later (integrations/dynamo.py wraps the RNG state functions when
+    torch._dynamo is imported) stays the same object under both names."""
+    if name in _neuron.__all__:
+        return getattr(_neuron, name)
+    raise AttributeError(f"module 'torch_neuronx' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_neuron.__all__})
+
+
 from torch_neuronx.ops import clear_op_tracking, get_executed_ops, get_fallback_ops  # noqa: E402
 from torch_neuronx.custom_op import nki_op, wrap_nki  # noqa: E402  (torch_neuronx.nki itself loads on first import)
 

@@ -46,7 +46,7 @@ def _on_core_0():
 
 # ----------------------------------------------------------------- profiles
 def test_profile_table_matches_trainium_figures():
-    # REFERENCE.md §2: trn2 chip 96 GiB / 4 logical cores (LNC=2); trn3 chip 144 GiB / 4;
+    # docs/hardware-figures.md#chip-figures: trn2 chip 96 GiB / 4 logical cores (LNC=2); trn3 chip 144 GiB / 4;
     # trn2.48xlarge has 16 chips = 64 logical cores. trn1: 2 NeuronCore-v2 and 32 GiB per chip.
     expected = {
         "trn2.3xlarge": (4, 96 * GiB // 4, "NeuronCore-v3", "trn2"),

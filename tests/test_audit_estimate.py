@@ -1,7 +1,7 @@
 """The audit's step-time model (torch_neuronx/audit/estimate.py) and cost table (prices.py).
 
 FLOPs are checked against PyTorch's FlopCounterMode on real CPU tensors of the same shapes; the
-step model against hand-computed rooflines from the REFERENCE.md §2 chip rates.
+step model against hand-computed rooflines from the chip rates of docs/hardware-figures.md#chip-figures.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def test_bf16_matmul_roofline_by_hand():
     m = n = k = 4096
     result = est.estimate_step([sig("aten::mm", [T(m, k, dtype="bfloat16"), T(k, n, dtype="bfloat16")])],
                                [], [], PROFILES["trn2.3xlarge"])
-    per_core_bf16 = 667e12 / 8 * 2  # REFERENCE.md §2 chip rate, 8 physical cores, LNC=2
+    per_core_bf16 = 667e12 / 8 * 2  # docs/hardware-figures.md#chip-figures, 8 physical cores, LNC=2
     compute = 2 * m * n * k / per_core_bf16
     assert compute > 3 * m * n * 2 / (2.9e12 / 8 * 2)  # compute bound
     assert result["by_class"]["matmul"] == pytest.approx([compute, compute / 0.5])
@@ -243,7 +243,7 @@ def test_compiled_mode_has_no_per_op_launches_and_bad_inputs_are_errors():
         est.estimate_step(mm, [], [], "trn2.3xlarge", mode="lazy")
     with pytest.raises(ValueError, match="trn9.big"):
         est.estimate_step(mm, [], [], "trn9.big")
-    with pytest.raises(ValueError, match="REFERENCE.md"):  # no published trn1 rates
+    with pytest.raises(ValueError, match="hardware-figures.md"):  # no published trn1 rates
         est.estimate_step(mm, [], [], PROFILES["trn1.32xlarge"])
 
 
@@ -366,7 +366,7 @@ def test_cpu_flash_attention_counts_the_attention_flops():
 
 
 def test_scaled_mm_costs_fp8_rate_on_trn3_and_is_not_runnable_on_trn2():
-    """torch._scaled_mm / _scaled_grouped_mm: TensorE at the FP8 rate of REFERENCE.md §2 on trn3
+    """torch._scaled_mm / _scaled_grouped_mm: TensorE at the FP8 rate of docs/hardware-figures.md#chip-figures on trn3
     (2517 TFLOPS per chip); on trn2 the device raises, so the estimate lists them as not runnable
     (costed at the BF16 rate, as if rewritten) and says why."""
     m = k = n = 8192

@@ -224,7 +224,7 @@ def test_report_lists_totals_failures_skips_and_fallback(subset):
 
 def _device_test_class():
     """TestCommon over a few ops with instantiate_device_type_tests(only_for="neuron"),
-    named so op_db's own skips for TestCommon apply (REFERENCE.md section 5)."""
+    named so op_db's own skips for TestCommon apply (op_db keys its skips and xfails by test class name)."""
     from torch.testing._internal.common_device_type import instantiate_device_type_tests, ops
     from torch.testing._internal.common_methods_invocations import op_db
     from torch.testing._internal.common_utils import TestCase

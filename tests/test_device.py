@@ -46,7 +46,7 @@ def _on_core_0():
 
 # ----------------------------------------------------------------- profiles
 def test_profile_table_matches_trainium_figures():
-    # REFERENCE.md §2: trn2 chip 96 GiB / 4 logical cores (LNC=2); trn3 chip 144 GiB / 4;
+    # docs/hardware-figures.md#chip-figures: trn2 chip 96 GiB / 4 logical cores (LNC=2); trn3 chip 144 GiB / 4;
     # trn2.48xlarge has 16 chips = 64 logical cores. trn1: 2 NeuronCore-v2 and 32 GiB per chip.
     expected = {
         "trn2.3xlarge": (4, 96 * GiB // 4, "NeuronCore-v3", "trn2"),
@@ -325,6 +325,25 @@ def test_generated_tensor_and_module_methods():
     assert x.neuron().is_neuron and not x.is_neuron
     assert torch.nn.Linear(2, 2).neuron().weight.device.type == "neuron"
     assert x.untyped_storage().neuron().device.type == "neuron"
+
+
+def test_public_names_follow_one_rule():
+    """torch_neuronx.* mirrors torch.neuron's __all__ (the same objects), plus the backend's
+    own functions; every name AWS documents for torch_neuronx is among them."""
+    assert set(torch_neuronx.__all__) == set(torch.neuron.__all__) | set(torch_neuronx.OWN_NAMES)
+    for name in torch.neuron.__all__:
+        assert getattr(torch_neuronx, name) is getattr(torch.neuron, name)
+    for name in torch_neuronx.OWN_NAMES:
+        assert callable(getattr(torch_neuronx, name)) and not hasattr(torch.neuron, name)
+    documented = {
+        "device_count", "current_device", "set_device", "get_device_properties", "synchronize",
+        "current_stream", "default_stream", "set_stream", "stream", "Stream", "Event", "device",
+        "empty_cache", "memory_allocated", "max_memory_allocated", "memory_reserved",
+        "max_memory_reserved", "memory_stats", "memory_summary", "reset_peak_memory_stats",
+        "get_fallback_ops", "get_executed_ops", "clear_op_tracking", "nki_op", "wrap_nki",
+        "get_dynamo_metrics", "reset_dynamo_metrics",
+    }
+    assert documented | {"is_available"} <= set(torch_neuronx.__all__)
 
 
 def test_import_is_idempotent():

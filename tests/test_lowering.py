@@ -952,7 +952,8 @@ def _linalg_cases():
 
 
 def _misc_cases():
-    """The ops of lowering/misc.py that OpInfo does not reach, and their options."""
+    """Ops that OpInfo does not reach (special functions, integer math, searching, histograms,
+    embedding bags, *_copy views, effects), and their options."""
     x, y = _t(3, 4), _t(3, 4, seed=1)
     i = _t(3, 4, dtype=torch.int64, low=-12, high=12)
     v, g = _t(4, 3, 2), _t(4, 1, 1, seed=1)

@@ -1,6 +1,6 @@
 """NKI cost model: scheduling, DMA model, roofline and the calibration anchors.
 
-Anchors (REFERENCE.md §3): a bigger problem is never estimated faster; the optimized matmul is
+Anchors (docs/hardware-figures.md#calibration-points-and-assumptions): a bigger problem is never estimated faster; the optimized matmul is
 faster than the naive one and within 2x of the Tensor Engine roofline, the naive one far below it
 (calibration: 10.98% vs 85.24% of peak on trn1).
 """

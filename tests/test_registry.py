@@ -152,7 +152,7 @@ def _defines(strings: list[str], name: str, is_set: bool = True) -> bool:
 # Collections of op names elsewhere that overlap a class without being one.
 NOT_CLASSES = {
     # the view ops whose *_copy lowering reuses the view's rule: the lowering table's own choice
-    ("torch_neuronx/lowering/misc.py", ("as_strided", "permute", "select", "slice", "split", "unbind", "view")),
+    ("torch_neuronx/lowering/shapes.py", ("as_strided", "permute", "select", "slice", "split", "unbind", "view")),
 }
 
 

@@ -457,7 +457,7 @@ def test_linalg_with_error_checks_compiles(fresh_dynamo):
 @pytest.mark.xfail(strict=True, reason=(
     "PyTorch 2.13 registers its (wrong) decomposition of multilabel_margin_loss_forward as the op's "
     "Autograd py_impl, so AOTAutograd's tracing runs it whatever the decomposition table says; "
-    "the direct lowering in lowering/misc.py is right but never reached. Known wrong result under compile."))
+    "the direct lowering in lowering/nn.py is right but never reached. Known wrong result under compile."))
 def test_wrong_pytorch_decomposition_is_not_used(fresh_dynamo):
     """multilabel_margin_loss: PyTorch 2.13's decomposition computes 2.05 here, the CPU
     kernel 0.85."""

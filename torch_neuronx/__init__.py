@@ -5,10 +5,17 @@
 no-op. It registers the ``neuron`` device (PrivateUse1), the ``torch.neuron``
 module, the native op set, and sizes the emulated NeuronCores from the
 instance profile (TORCH_NEURONX_INSTANCE, NEURON_LOGICAL_NC_CONFIG, NEURON_RT_VISIBLE_CORES,
-NEURON_RT_NUM_CORES).
+NEURON_RT_NUM_CORES). The steps, in order, are torch_neuronx/_startup.py's run().
+
+The public names, by one rule: ``torch_neuronx.*`` mirrors every public name of
+``torch.neuron`` (its ``__all__``: devices, streams, events, memory, RNG), plus the
+backend's own functions, which ``torch.neuron`` does not have (``OWN_NAMES``: op
+tracking, NKI custom ops, torch.compile metrics).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 
 def _autoload() -> None:
@@ -19,115 +26,37 @@ def _autoload() -> None:
     name must already exist then."""
 
 
-import atexit  # noqa: E402
-import sys  # noqa: E402
-
 import torch  # noqa: E402
 
-from torch_neuronx import _C  # noqa: E402
+from torch_neuronx import _startup  # noqa: E402
 
 __version__ = "0.1.0"
 
+_startup.run()
 
-def _register_device() -> None:
-    from torch_neuronx import neuron, ops
-    from torch_neuronx.neuron import memory, printing
+# The public face (see the rule in the docstring). Imported after run(): importing
+# torch_neuronx.neuron reads the instance profile, whose errors run() reports.
+from torch_neuronx import neuron as _neuron  # noqa: E402
 
-    # The profile and cores read (once) when torch_neuronx.neuron was imported.
-    cores = neuron._VISIBLE_CORES
-    _C._configure(len(cores), [neuron._PROFILE.hbm_per_core] * len(cores))
-    torch.utils.rename_privateuse1_backend("neuron")
-    torch._register_device_module("neuron", neuron)
-    # Its submodules under their torch.neuron names too: `import torch.neuron.memory`
-    # (written as for torch.cuda.memory) must find the loaded module, not load
-    # memory.py a second time as another module with its own state.
-    for name, module in list(sys.modules.items()):
-        if name.startswith("torch_neuronx.neuron."):
-            sys.modules["torch.neuron." + name.removeprefix("torch_neuronx.neuron.")] = module
-    torch.utils.generate_methods_for_privateuse1_backend(
-        for_tensor=True, for_module=True, for_storage=True
-    )
-    ops.apply_env_policies()
-    ops.register()
-    printing.install()
-    memory.install_accelerator_snapshot()
-    # Registered first, so it runs after the atexit handlers of everything imported later.
-    atexit.register(_C._drain_autograd_workers)
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ below serves these names
+    from torch_neuronx.neuron import *  # noqa: F401, F403
 
 
-def _configuration_error(error: ValueError) -> None:
-    """An invalid variable read at import (TORCH_NEURONX_INSTANCE, ...) fails the
-    import with a ValueError naming it; the torch-neuronx command, whose code runs
-    only after this import, exits with that one line instead of a traceback."""
-    from torch_neuronx import cli
+def __getattr__(name: str):
+    """torch.neuron's public names, looked up at each access rather than copied: a name that
+    torch.neuron replaces later (integrations/dynamo.py wraps the RNG state functions when
+    torch._dynamo is imported) stays the same object under both names."""
+    if name in _neuron.__all__:
+        return getattr(_neuron, name)
+    raise AttributeError(f"module 'torch_neuronx' has no attribute {name!r}")
 
-    cli.exit_if_command(error)
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_neuron.__all__})
 
 
-if torch._C._get_privateuse1_backend_name() != "neuron":
-    from torch_neuronx import log as _log
-
-    try:
-        _log.configure()
-        _register_device()
-    except ValueError as error:
-        _configuration_error(error)
-        raise
-
-from torch_neuronx.neuron import (  # noqa: E402  (public API, torch_neuronx.* mirrors torch.neuron.*)
-    Event,
-    Stream,
-    current_device,
-    current_stream,
-    default_stream,
-    device,
-    device_count,
-    empty_cache,
-    get_device_properties,
-    is_available,
-    max_memory_allocated,
-    max_memory_reserved,
-    memory_allocated,
-    memory_reserved,
-    memory_stats,
-    memory_summary,
-    reset_peak_memory_stats,
-    set_device,
-    set_stream,
-    stream,
-    synchronize,
-)
-from torch_neuronx.ops import (  # noqa: E402
-    clear_op_tracking,
-    get_executed_ops,
-    get_fallback_ops,
-)
-from torch_neuronx import distributed  # noqa: E402, F401  (registers the "neuron" c10d backend)
-from torch_neuronx import integrations  # noqa: E402
+from torch_neuronx.ops import clear_op_tracking, get_executed_ops, get_fallback_ops  # noqa: E402
 from torch_neuronx.custom_op import nki_op, wrap_nki  # noqa: E402  (torch_neuronx.nki itself loads on first import)
-
-try:
-    integrations.install()  # patches HF libraries' neuron gaps when (if ever) they are imported
-except ValueError as error:  # TORCH_NEURONX_DISABLE_INTEGRATIONS
-    _configuration_error(error)
-    raise
-
-# Every Dynamo patch (static shapes per neuron frame, recompile reasons,
-# torch.compile(model)'s default backend on neuron tensors -> "neuron", RNG
-# graph breaks) applies when torch._dynamo is imported, not now.
-from torch_neuronx.compiler import dynamo as _dynamo_patches  # noqa: E402, F401
-
-from torch_neuronx.audit import recorder as _audit_recorder  # noqa: E402
-
-_audit_recorder.start_from_env()  # only under `torch-neuronx audit` (TORCH_NEURONX_AUDIT_DIR)
-
-from torch_neuronx import config as _config  # noqa: E402
-
-# torch.profiler's device events: profiling.py subscribes to observe.py on import.
-from torch_neuronx import profiling as _profiling  # noqa: E402
-
-if _config.inspect_enable():  # NEURON_RT_INSPECT_ENABLE=1: profile the whole process
-    _profiling.start_from_environment()
 
 
 def get_dynamo_metrics() -> dict:
@@ -143,11 +72,8 @@ def reset_dynamo_metrics() -> None:
     reset()
 
 
-__all__ = [
-    "Event", "Stream", "clear_op_tracking", "current_device", "current_stream", "default_stream",
-    "device", "device_count", "empty_cache", "get_device_properties", "get_dynamo_metrics",
-    "get_executed_ops", "get_fallback_ops", "is_available", "max_memory_allocated",
-    "max_memory_reserved", "memory_allocated", "memory_reserved", "memory_stats",
-    "memory_summary", "nki_op", "reset_dynamo_metrics", "reset_peak_memory_stats", "set_device",
-    "set_stream", "stream", "synchronize", "wrap_nki",
-]
+OWN_NAMES = (
+    "clear_op_tracking", "get_dynamo_metrics", "get_executed_ops", "get_fallback_ops", "nki_op",
+    "reset_dynamo_metrics", "wrap_nki",
+)
+__all__ = sorted({*_neuron.__all__, *OWN_NAMES})

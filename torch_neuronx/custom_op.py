@@ -8,7 +8,7 @@ that it dispatches like any ATen op, takes ``register_autograd`` for training,
 and stays one node of the graph under ``torch.compile(backend="neuron")`` (the
 compiler splits the graph around custom ops and runs them eagerly).
 
-Compilation model (REFERENCE.md §1): the first call for a given signature
+Compilation model (as for an NKI kernel on Trainium, see docs/nki.md): the first call for a given signature
 (tensor shapes, dtypes and devices, plus the values of the non-tensor
 arguments) "compiles" the kernel: on the emulator that is one simulated run,
 which validates every hardware rule and records the output metadata. The

@@ -3,7 +3,7 @@ what a finished unit of work will cost.
 
 - recorder.py: the recording switched on in every process the audit runs
   (csrc/Recorder.h underneath), written as one record per process;
-- estimate.py: the step-time model per target instance (REFERENCE.md §2 rates);
+- estimate.py: the step-time model per target instance (chip rates of docs/hardware-figures.md);
 - prices.py: hourly prices and the cost of finished work;
 - report.py: records -> the report (JSON, schema in schema.py);
 - units.py: units of work detected in the HF Trainer and generate, and the

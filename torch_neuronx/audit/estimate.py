@@ -7,7 +7,8 @@ efficiencies and high overheads. Every constant behind the numbers is returned a
 ``assumptions``: the result is an estimate from public figures, never a measurement.
 
 The work of an op comes from PyTorch itself: the op runs on meta tensors (its shape function,
-no data) under ``torch.utils.flop_counter.FlopCounterMode``. Chip rates: REFERENCE.md §2.
+no data) under ``torch.utils.flop_counter.FlopCounterMode``. Chip rates, with their sources:
+docs/hardware-figures.md#chip-figures.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ from torch_neuronx.ops import registry
 TERA = 1e12
 GIGA = 1e9
 SEARCHED_ON = "2026-12-02"  # when the stored Neuron docs were searched for the figures below
+# The page listing every hardware figure with its public source and read date; the assumption
+# lines and errors cite it.
+FIGURES = "docs/hardware-figures.md"
+CHIP = FIGURES + "#chip-figures"
+CALIBRATION = FIGURES + "#calibration-points-and-assumptions"
 
 
 @dataclass(frozen=True)
@@ -41,24 +47,25 @@ class ChipRates:
     physical_cores: int
 
 
-# Chip rates, REFERENCE.md §2 ("Trainium figures"). trn1 is left out: §2 gives no trn1 figures,
-# so a trn1 profile has no estimate (estimate_step raises ValueError naming this).
+# Chip rates, as published by AWS (sources and dates: docs/hardware-figures.md#chip-figures). trn1
+# is left out: the model uses no trn1 rates, so a trn1 profile has no estimate (estimate_step
+# raises ValueError naming this).
 TARGET_RATES: dict[str, ChipRates] = {
     "trn2": ChipRates(
-        bf16_tflops=667,  # §2 row "dense BF16 | 667 TFLOPS"
-        fp8_tflops=1299,  # §2 row "FP8 | 1299 TFLOPS" (not usable by TorchNeuron on trn2, see §6)
-        fp32_tflops=181,  # §2 row "FP32 | 181 TFLOPS"
-        hbm_tbps=2.9,  # §2 row "HBM | 96 GiB, ~2.9 TB/s"
-        neuronlink_tbps=1.28,  # §2 row "Interconnect | NeuronLink-v3 1.28 TB/s per chip"
-        physical_cores=8,  # §2 row "NeuronCores | 8 x NeuronCore-v3"
+        bf16_tflops=667,  # Trainium2: 667 BF16/FP16/TF32 TFLOPS
+        fp8_tflops=1299,  # Trainium2: 1,299 FP8 TFLOPS (not usable by TorchNeuron on trn2: the page's FP8 compute)
+        fp32_tflops=181,  # Trainium2: 181 FP32 TFLOPS
+        hbm_tbps=2.9,  # Trainium2: 96 GiB, 2.9 TB/s
+        neuronlink_tbps=1.28,  # Trainium2: NeuronLink-v3, 1.28 TB/s per chip
+        physical_cores=8,  # Trainium2: 8 x NeuronCore-v3
     ),
     "trn3": ChipRates(
-        bf16_tflops=671,  # §2 row "dense BF16 | 671 TFLOPS"
-        fp8_tflops=2517,  # §2 row "FP8 | 2517 (MXFP8/MXFP4)"
-        fp32_tflops=183,  # §2 row "FP32 | 183 TFLOPS"
-        hbm_tbps=4.9,  # §2 row "HBM | 144 GiB, ~4.9 TB/s"
-        neuronlink_tbps=2.56,  # §2 row "Interconnect | NeuronLink-v4 2.56 TB/s per chip"
-        physical_cores=8,  # §2 row "NeuronCores | 8 x NeuronCore-v4"
+        bf16_tflops=671,  # Trainium3: 671 BF16/FP16/TF32 TFLOPS
+        fp8_tflops=2517,  # Trainium3: 2,517 MXFP8/MXFP4 TFLOPS
+        fp32_tflops=183,  # Trainium3: 183 FP32 TFLOPS
+        hbm_tbps=4.9,  # Trainium3: 144 GiB, 4.9 TB/s
+        neuronlink_tbps=2.56,  # Trainium3: NeuronLink-v4, 2.56 TB/s per chip
+        physical_cores=8,  # Trainium3: 8 x NeuronCore-v4
     ),
 }
 
@@ -76,7 +83,8 @@ class Bound:
 
 
 # Low end: peak rates. High end: TensorE 0.5 lies between the naive (11%) and optimized (85%)
-# matmul calibration points of REFERENCE.md §3; HBM 0.6 and NeuronLink 0.5 are assumptions.
+# matmul calibration points (docs/hardware-figures.md#calibration-points-and-assumptions); HBM
+# 0.6 and NeuronLink 0.5 are assumptions.
 # Launch, sync and host-link figures: assumptions, none is published (see ASSUMPTION lines).
 LOW = Bound(tensor_eff=1.0, hbm_eff=1.0, link_eff=1.0, launch_s=5e-6, sync_s=10e-6, host_bps=25e9)
 HIGH = Bound(tensor_eff=0.5, hbm_eff=0.6, link_eff=0.5, launch_s=15e-6, sync_s=50e-6, host_bps=10e9)
@@ -270,8 +278,8 @@ def core_rates(profile: InstanceProfile) -> CoreRates:
     chip = TARGET_RATES.get(profile.platform)
     if chip is None:
         raise ValueError(
-            f"No chip rates for {profile.name} ({profile.platform}): REFERENCE.md §2 publishes "
-            f"figures for {', '.join(sorted(TARGET_RATES))} only, so there is no estimate for it.")
+            f"No chip rates for {profile.name} ({profile.platform}): the estimate uses published chip "
+            f"figures ({CHIP}) for {', '.join(sorted(TARGET_RATES))} only, so there is no estimate for it.")
     share = profile.lnc / chip.physical_cores
     return CoreRates(chip.bf16_tflops * TERA * share, chip.fp8_tflops * TERA * share,
                      chip.fp32_tflops * TERA * share, chip.hbm_tbps * TERA * share,
@@ -294,8 +302,8 @@ def _peak(dtype: str, rates: CoreRates, profile: InstanceProfile, notes: _Notes)
         if profile.fp8:
             return rates.fp8
         notes.add(f"{profile.name}: float8 matmuls are costed at the BF16 rate: TorchNeuron documents "
-                  f"FP8 compute (_scaled_mm, MXFP8) for Trainium3 only (REFERENCE.md §6), although "
-                  f"the {profile.platform} chip lists an FP8 figure (§2).")
+                  f"FP8 compute (_scaled_mm, MXFP8) for Trainium3 only ({FIGURES}#fp8-compute), "
+                  f"although the {profile.platform} chip lists an FP8 figure ({CHIP}).")
         return rates.bf16
     if dtype == "float64":
         notes.add("float64 matmuls are costed at the FP32 rate: Trainium has no fp64 and the "
@@ -425,7 +433,7 @@ def _base_assumptions(profile: InstanceProfile, rates: CoreRates, mode: str) -> 
         f"{profile.name} ({profile.platform}, {profile.core_generation}): LNC={profile.lnc}, so one logical "
         f"core = {profile.lnc} of the chip's {chip.physical_cores} physical cores; per-logical-core rates "
         f"used: dense BF16 {rates.bf16 / TERA:.2f} TFLOPS, {fp8}, FP32 {rates.fp32 / TERA:.2f} TFLOPS, "
-        f"HBM {rates.hbm / TERA:.4f} TB/s (chip rates of REFERENCE.md §2 / {chip.physical_cores} x LNC).",
+        f"HBM {rates.hbm / TERA:.4f} TB/s (chip rates of {CHIP} / {chip.physical_cores} x LNC).",
         "The step time is that of one process on one logical core (one process per core, ranks in "
         "parallel); ops run back to back, with no overlap of compute, memory and communication.",
         "Per op: TensorE ops (matmul/conv/attention) take max(FLOPs / peak, bytes / HBM bandwidth); other "
@@ -433,13 +441,13 @@ def _base_assumptions(profile: InstanceProfile, rates: CoreRates, mode: str) -> 
         "the tensor inputs + outputs, both from a meta-tensor run of the op.",
         f"Range: low end at peak rates (efficiency 1.0); high end at TensorE efficiency {HIGH.tensor_eff}, "
         f"HBM efficiency {HIGH.hbm_eff}, NeuronLink efficiency {HIGH.link_eff} (assumptions; TensorE "
-        "0.5 lies between the naive 11% and optimized 85% matmul calibration points of REFERENCE.md §3).",
+        f"0.5 lies between the naive 11% and optimized 85% matmul calibration points of {CALIBRATION}).",
         f"Launch overhead: {LOW.launch_s * 1e6:g} us (low) to {HIGH.launch_s * 1e6:g} us (high) for "
         f"{launch_scope}; an assumption: no published per-op launch figure for TorchNeuron eager mode "
         f"was found in the stored Neuron documentation (searched {SEARCHED_ON}).",
         f"Host <-> device link: {LOW.host_bps / GIGA:g} GB/s (low) to {HIGH.host_bps / GIGA:g} GB/s "
         "(high) for CPU-fallback operands and host/device copies; an assumption (PCIe class; "
-        "REFERENCE.md §2 gives no host-link figure).",
+        f"{CHIP} has no host-link figure).",
         f"Host round trip per sync (_local_scalar_dense/.item(), device-to-host copy, each CPU-fallback "
         f"call waiting for the device): {LOW.sync_s * 1e6:g} us (low) to {HIGH.sync_s * 1e6:g} us "
         "(high); an assumption.",
@@ -506,7 +514,7 @@ def estimate_step(signatures, graphs, collectives, profile, mode: str = "eager")
         chip = TARGET_RATES[profile.platform]
         notes.add(f"Collectives: ring all-reduce moves 2(n-1)/n x bytes, all_gather/reduce_scatter "
                   f"(n-1)/n x bytes, over NeuronLink at {chip.neuronlink_tbps} TB/s per chip "
-                  f"(REFERENCE.md §2, {profile.platform}); the chip's cores share it, so this is "
+                  f"({CHIP}, {profile.platform}); the chip's cores share it, so this is "
                   "optimistic when several ranks on one chip communicate at once; bandwidth term "
                   "only, no latency term.")
 

@@ -58,13 +58,13 @@ def load() -> None:
         # jax value, and only this compiler uses jax in the process.
         jax.config.update("jax_enable_x64", True)
         # In this order: where two modules register the same op, the later one's entry is kept.
-        from torch_neuronx.lowering import aten, nn, reductions, shapes  # noqa: F401
-        from torch_neuronx.lowering import random, control_flow, fft, linalg, misc, optim  # noqa: F401
+        from torch_neuronx.lowering import elementwise, matmul, nn, reductions, shapes  # noqa: F401
+        from torch_neuronx.lowering import random, control_flow, fft, linalg, effects, optim  # noqa: F401
         from torch_neuronx.lowering import scaled_mm  # noqa: F401
 
         # Derived entries, once every plain lowering is registered.
-        misc.register_copy_variants()
-        aten.register_foreach()
+        shapes.register_copy_variants()
+        optim.register_foreach()
         _loaded.set()
 
 

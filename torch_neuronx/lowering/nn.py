@@ -1,5 +1,5 @@
 """Lowerings of neural-network ops: convolution, pooling, normalization, softmax,
-losses, attention, upsampling (see torch_neuronx/lowering/__init__.py).
+losses, attention, upsampling, embedding bags (see torch_neuronx/lowering/__init__.py).
 
 float16/bfloat16 inputs are computed in float32 and rounded once at the end,
 as PyTorch's CPU kernels do. Backward ops of linear forward ops (convolution,
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from torch_neuronx.lowering import lowering
-from torch_neuronx.lowering.aten import gelu
+from torch_neuronx.lowering.elementwise import gelu
 from torch_neuronx.lowering.common import acc_dtype, as_tuple, jax_dtype
 
 aten = torch.ops.aten
@@ -996,3 +996,175 @@ def grid_sampler_2d_backward(grad, x, grid, interpolation_mode, padding_mode, al
     grad_input, grad_grid = pullback(_acc(grad))
     return (grad_input.astype(x.dtype) if output_mask[0] else None,
             grad_grid.astype(grid.dtype) if output_mask[1] else None)
+
+
+# ------------------------------------------------------------ backward ops
+@lowering(aten._weight_norm_interface_backward)
+def weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
+    """w = g v / ||v|| (norm over every dim but `dim`): gradients for v and g."""
+    from torch_neuronx.lowering.common import acc_dtype
+
+    math_dtype = acc_dtype(saved_v.dtype)
+    grad, v = grad_w.astype(math_dtype), saved_v.astype(math_dtype)
+    g, norms = saved_g.astype(math_dtype), saved_norms.astype(math_dtype)
+    other = tuple(d for d in range(v.ndim) if d != dim % v.ndim)
+    per_dim = jnp.sum(grad * v, axis=other, keepdims=True)
+    grad_v = (g / norms) * (grad - v * (per_dim / (norms * norms)))
+    grad_g = per_dim / norms
+    return grad_v.astype(saved_v.dtype), grad_g.astype(saved_g.dtype)
+
+
+@lowering(aten._pdist_backward)
+def pdist_backward(grad, x, p, pdist):
+    """d pdist / d x: each pair (i < j) sends grad * d||x_i - x_j||_p / d x_i to row i and its
+    negative to row j; pairs at distance 0 send nothing."""
+    import numpy as np
+
+    from torch_neuronx.lowering.common import acc_dtype
+
+    math_dtype = acc_dtype(x.dtype)
+    rows, cols = np.triu_indices(x.shape[0], 1)
+    v = x.astype(math_dtype)
+    diff = v[rows] - v[cols]
+    dist = pdist.astype(math_dtype)[:, None]
+    zero = jnp.zeros((), math_dtype)
+    if p == 0:
+        local = jnp.zeros_like(diff)
+    elif p == 1:
+        local = jnp.sign(diff)
+    elif p == float("inf"):
+        local = jnp.sign(diff) * (jnp.abs(diff) == dist)
+    elif p < 2:
+        local = jnp.where((dist == 0) | (diff == 0), zero,
+                          jnp.sign(diff) * jnp.power(jnp.abs(diff), p - 1) / jnp.power(dist, p - 1))
+    elif p == 2:
+        local = jnp.where(dist == 0, zero, diff / dist)
+    else:
+        local = jnp.where(dist == 0, zero, diff * jnp.power(jnp.abs(diff), p - 2) / jnp.power(dist, p - 1))
+    contribution = grad.astype(math_dtype)[:, None] * local
+    out = jnp.zeros_like(v).at[rows].add(contribution).at[cols].add(-contribution)
+    return out.astype(x.dtype)
+
+
+# ------------------------------------------------------------- more losses
+@lowering(aten.multilabel_margin_loss_forward)
+def multilabel_margin_loss_forward(x, target, reduction):
+    """(loss, is_target). Each row's targets are the entries of `target` before its first -1;
+    loss_n = sum over target positions k and non-target classes c of
+    max(0, 1 - x[t_k] + x[c]) / C.
+
+    Note: PyTorch 2.13's decomposition of this op (in core_aten_decompositions, which the
+    compiler applies first) does not mask the positions after the -1 and disagrees with
+    the CPU kernel; this lowering takes over once the op is dropped from that table."""
+    vector = x.ndim <= 1  # one sample (a 0-dim input is one sample of one class)
+    rows, labels = (x.reshape(1, -1), target.reshape(1, -1)) if vector else (x, target)
+    classes = rows.shape[-1]
+    valid = jnp.cumprod(labels != -1, axis=-1).astype(jnp.bool_)
+    picked = jnp.where(valid, labels, 0)
+    hits = valid[..., :, None] & (picked[..., :, None] == jnp.arange(classes))
+    is_target = jnp.any(hits, axis=-2)
+    scores = jnp.take_along_axis(rows, picked, axis=-1)
+    margins = jnp.maximum(1 - scores[..., :, None] + rows[..., None, :], 0)
+    counted = valid[..., :, None] & ~is_target[..., None, :]
+    loss = jnp.sum(jnp.where(counted, margins, 0), axis=(-2, -1)) / classes
+    is_target = is_target.astype(x.dtype)
+    if vector:
+        loss, is_target = loss[0], is_target[0].reshape(target.shape)
+    if reduction == 1:
+        loss = jnp.mean(loss)
+    elif reduction == 2:
+        loss = jnp.sum(loss)
+    return loss.astype(x.dtype), is_target
+
+
+# ----------------------------------------------------------- embedding bags
+_SUM, _MEAN, _MAX = 0, 1, 2
+
+
+def _bags(indices, offsets, include_last_offset):
+    """(number of bags, bag of each index): index i belongs to the last bag starting at or before i."""
+    count = offsets.shape[0] - 1 if include_last_offset else offsets.shape[0]
+    starts = offsets[:count]
+    positions = jnp.arange(indices.shape[0])
+    return count, jnp.searchsorted(starts, positions, side="right") - 1
+
+
+def _segment_sum(values, bag, count):
+    return jax.ops.segment_sum(values, bag, num_segments=count)
+
+
+@lowering(aten._embedding_bag, aten._embedding_bag_forward_only)
+def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=_SUM, sparse=False,
+                  per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+    """(output, offset2bag, bag_size, max_indices) with PyTorch's CPU conventions: in sum mode
+    bag_size and max_indices are zeros, and offset2bag is empty unless padding_idx is set
+    (the kernel's fast path); in mean mode max_indices repeats bag_size; empty bags give 0."""
+    count, bag = _bags(indices, offsets, include_last_offset)
+    itype = indices.dtype
+    keep = indices != padding_idx if padding_idx >= 0 else jnp.ones(indices.shape, jnp.bool_)
+    rows = jnp.take(weight, indices, axis=0)
+    sizes = _segment_sum(keep.astype(itype), bag, count)
+    fast_path = mode == _SUM and padding_idx < 0 and weight.dtype in (jnp.float32, jnp.float16, jnp.bfloat16)
+    offset2bag = jnp.zeros((0,), itype) if fast_path else bag.astype(itype)
+    if mode == _MAX:
+        masked = jnp.where(keep[:, None], rows, -jnp.inf)
+        best = jax.ops.segment_max(masked, bag, num_segments=count)
+        empty = (sizes == 0)[:, None]
+        output = jnp.where(empty, 0, best).astype(weight.dtype)
+        positions = jnp.arange(indices.shape[0])[:, None]
+        first = jax.ops.segment_min(jnp.where(keep[:, None] & (masked == best[bag]), positions, indices.shape[0]),
+                                    bag, num_segments=count)
+        picked = jnp.take(indices, jnp.clip(first, 0, max(indices.shape[0] - 1, 0)))
+        max_indices = jnp.where(empty, 0, picked).astype(itype)
+        return output, offset2bag, sizes, max_indices
+    scale = keep.astype(weight.dtype)
+    if per_sample_weights is not None:
+        scale = scale * per_sample_weights.astype(weight.dtype)
+    total = _segment_sum(rows * scale[:, None], bag, count)
+    if mode == _SUM:
+        zeros = jnp.zeros((count,), itype)
+        return total.astype(weight.dtype), offset2bag, zeros, zeros
+    mean = total / jnp.maximum(sizes, 1)[:, None].astype(total.dtype)
+    return jnp.where((sizes == 0)[:, None], 0, mean).astype(weight.dtype), offset2bag, sizes, sizes
+
+
+def _embedding_bag_grad(grad, indices, bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq, mode,
+                        per_sample_weights, padding_idx):
+    if mode == _MAX:
+        width = grad.shape[1]
+        filled = (bag_size > 0)[:, None]
+        columns = jnp.broadcast_to(jnp.arange(width), grad.shape)
+        out = jnp.zeros((num_weights, width), grad.dtype)
+        return out.at[maximum_indices, columns].add(jnp.where(filled, grad, 0))
+    keep = indices != padding_idx if padding_idx >= 0 else jnp.ones(indices.shape, jnp.bool_)
+    scale = keep.astype(grad.dtype)
+    if per_sample_weights is not None:
+        scale = scale * per_sample_weights.astype(grad.dtype)
+    if mode == _MEAN:
+        scale = scale / jnp.maximum(bag_size[bag], 1).astype(grad.dtype)
+    if scale_grad_by_freq:
+        # PyTorch's CPU kernel does not scale by the plain frequency of each index here
+        # (its sorted-run bookkeeping gives other factors); not reproduced.
+        raise NotImplementedError("EmbeddingBag(scale_grad_by_freq=True) has no lowering: compile without it, "
+                                  "or run the embedding bag eagerly")
+    return jnp.zeros((num_weights, grad.shape[1]), grad.dtype).at[indices].add(grad[bag] * scale[:, None])
+
+
+@lowering(aten._embedding_bag_backward)
+def embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights,
+                           scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx=-1):
+    """The weight's (dense) gradient; the bags are recomputed from offsets, since the forward's
+    offset2bag is empty on its fast path."""
+    if sparse:
+        raise NotImplementedError("EmbeddingBag(sparse=True) has no lowering (sparse gradients); use sparse=False")
+    include_last = offsets.shape[0] == grad.shape[0] + 1
+    _, bag = _bags(indices, offsets, include_last)
+    return _embedding_bag_grad(grad, indices, bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq, mode,
+                               per_sample_weights, padding_idx)
+
+
+@lowering(aten._embedding_bag_dense_backward)
+def embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_indices, num_weights,
+                                 scale_grad_by_freq, mode, per_sample_weights, padding_idx=-1):
+    return _embedding_bag_grad(grad, indices, offset2bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq,
+                               mode, per_sample_weights, padding_idx)

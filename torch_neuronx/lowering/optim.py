@@ -1,4 +1,5 @@
-"""Lowerings of the fused optimizer and AMP grad-scaling ops.
+"""Lowerings of the fused optimizer and AMP grad-scaling ops, and the ``_foreach_`` ops
+that unfused optimizers use (register_foreach, a post-pass of lowering.load()).
 
 In a compiled graph these ops appear in their functional form (AOTAutograd
 functionalizes ``_fused_adam_`` into ``_fused_adam``, which returns the updated
@@ -18,7 +19,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import torch
 
-from torch_neuronx.lowering import lowering
+from torch_neuronx.lowering import LOWERINGS, lowering
 from torch_neuronx.lowering.common import jax_dtype
 
 aten = torch.ops.aten
@@ -171,3 +172,63 @@ def amp_update_scale(scale, growth_tracker, found_inf, growth_factor, backoff_fa
     zero = jnp.zeros_like(growth_tracker)
     new_tracker = jnp.where(found, zero, jnp.where(grow, zero, successful.astype(growth_tracker.dtype)))
     return new_scale, new_tracker
+
+
+# ------------------------------------------------------------ _foreach_ ops
+# Optimizers (foreach=True, the default on accelerators) keep lists of tensors;
+# each _foreach_ overload applies the plain op element by element. List
+# arguments (Tensor[] / Scalar[]) are zipped; `Tensor scalars` holds one value
+# per element; everything else is shared.
+_FOREACH_BASE = {"norm": aten.linalg_vector_norm, "max": aten.amax, "zero": aten.zeros_like,
+                 "clone": aten.clone, "copy": aten.copy}
+
+
+def _foreach_lowering(overload, base):
+    schema = overload._schema
+    positional = [a for a in schema.arguments if not a.kwarg_only]
+    zipped = {a.name for a in schema.arguments if str(a.type) in ("List[Tensor]", "List[number]")}
+    per_element = {a.name for a in schema.arguments if a.name == "scalars" and str(a.type) == "Tensor"}
+
+    def lower(*args, **kwargs):
+        named = dict(zip([a.name for a in positional], args))
+        named.update(kwargs)
+        length = len(next(named[n] for n in named if n in zipped))
+        results = []
+        for i in range(length):
+            def pick(name, value):
+                if name in zipped:
+                    return value[i]
+                if name in per_element:
+                    return value[i]
+                return value
+
+            values = {n: pick(n, v) for n, v in named.items()}
+            call_args = [values[a.name] for a in positional if a.name in values]
+            call_kwargs = {a.name: values[a.name] for a in schema.arguments if a.kwarg_only and a.name in values}
+            if base is aten.linalg_vector_norm:  # _foreach_norm(self, ord, dtype)
+                call_args, call_kwargs = call_args[:2], {"dtype": values.get("dtype")}
+            if base is aten.copy:
+                call_kwargs = {}
+                call_args = call_args[:2]
+            results.append(LOWERINGS[base](*call_args, **call_kwargs))
+        return results
+
+    return lower
+
+
+def register_foreach():
+    """The _foreach_ variants of every lowered op (lowering.load() runs it once all are registered)."""
+    names = sorted({
+        name.split("::")[1].split(".")[0] for name in torch._C._dispatch_get_all_op_names()
+        if name.startswith("aten::_foreach_") and not name.split(".")[0].endswith("_")
+    })
+    for name in names:
+        base = _FOREACH_BASE.get(name[len("_foreach_"):]) or getattr(aten, name[len("_foreach_"):], None)
+        if base is None or base not in LOWERINGS:
+            continue
+        packet = getattr(aten, name)
+        for overload_name in packet.overloads():
+            if "out" in overload_name:
+                continue
+            overload = getattr(packet, overload_name)
+            LOWERINGS[overload] = _foreach_lowering(overload, base)

@@ -15,7 +15,7 @@ aten = torch.ops.aten
 
 
 def _float_dtype(dtype, like=None):
-    from torch_neuronx.lowering.aten import jax_dtype
+    from torch_neuronx.lowering.common import jax_dtype
 
     if dtype is not None:
         return jax_dtype(dtype)
@@ -169,7 +169,7 @@ def random_from(ctx, x, low, to=None, generator=None):
 
 @lowering(aten.randperm, context=True)
 def randperm(ctx, n, generator=None, dtype=torch.int64, layout=None, device=None, pin_memory=None):
-    from torch_neuronx.lowering.aten import jax_dtype
+    from torch_neuronx.lowering.common import jax_dtype
 
     return jax.random.permutation(ctx.next_key(), n).astype(jax_dtype(torch.int64 if dtype is None else dtype))
 

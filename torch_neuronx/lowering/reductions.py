@@ -1,4 +1,5 @@
-"""Lowerings of reductions, scans and sorting (see torch_neuronx/lowering/__init__.py).
+"""Lowerings of reductions, scans, sorting, searching and histograms (see
+torch_neuronx/lowering/__init__.py).
 
 PyTorch's dtype rules: sum/prod/cumsum/cumprod of bool and integer tensors give
 int64; float16/bfloat16 are accumulated in float32; arg-reductions give int64.
@@ -351,3 +352,103 @@ def median(x, dim=None, keepdim=False):
     else:
         value, index = _pick(values, order, position, axis, keepdim)
     return value if whole else (value, index)
+
+
+# ----------------------------------------------------- searching, histograms
+def _search(sorted_sequence, values, right, out_int32):
+    side = "right" if right else "left"
+    dtype = jnp.int32 if out_int32 else jnp.int64
+    if sorted_sequence.ndim <= 1:
+        return jnp.searchsorted(sorted_sequence, values, side=side).astype(dtype)
+    # One sorted row per leading index: rows of `values` searched in their own row.
+    rows = sorted_sequence.reshape(-1, sorted_sequence.shape[-1])
+    queries = values.reshape(rows.shape[0], -1)
+    found = jax.vmap(lambda row, q: jnp.searchsorted(row, q, side=side))(rows, queries)
+    return found.reshape(values.shape).astype(dtype)
+
+
+@lowering(aten.searchsorted)
+def searchsorted(sorted_sequence, values, *, out_int32=False, right=False, side=None, sorter=None):
+    if sorter is not None:
+        sorted_sequence = jnp.take_along_axis(sorted_sequence, sorter, axis=-1)
+    values = jnp.asarray(values, sorted_sequence.dtype) if not isinstance(values, jax.Array) else values
+    return _search(sorted_sequence, values, right or side == "right", out_int32)
+
+
+@lowering(aten.bucketize)
+def bucketize(values, boundaries, *, out_int32=False, right=False):
+    """Index i with boundaries[i-1] < v <= boundaries[i] (right=False) or
+    boundaries[i-1] <= v < boundaries[i] (right=True)."""
+    values = jnp.asarray(values) if not isinstance(values, jax.Array) else values
+    return _search(boundaries, values, right, out_int32)
+
+
+@lowering(aten.histc)
+def histc(x, bins=100, min=0, max=0):
+    """Counts in `bins` equal bins over [min, max] (the data's range when both are 0; widened
+    by 1 each side when that range is empty). Values outside, and NaN, are not counted; a
+    value equal to max falls in the last bin."""
+    from torch_neuronx.lowering.common import acc_dtype
+
+    math_dtype = acc_dtype(x.dtype)
+    v = x.reshape(-1).astype(math_dtype)
+    low, high = jnp.asarray(min, math_dtype), jnp.asarray(max, math_dtype)
+    if min == 0 and max == 0 and v.size:
+        low, high = jnp.min(v), jnp.max(v)
+    same = low == high
+    low, high = jnp.where(same, low - 1, low), jnp.where(same, high + 1, high)
+    inside = (v >= low) & (v <= high)
+    position = jnp.floor((v - low) * bins / (high - low)).astype(jnp.int64)
+    position = jnp.clip(position, 0, bins - 1)
+    counts = jnp.zeros(bins, math_dtype).at[position].add(inside.astype(math_dtype))
+    return counts.astype(x.dtype)
+
+
+@lowering(aten.nanmedian)
+def nanmedian(x, dim=None, keepdim=False):
+    """The lower median of the non-NaN values (NaN if there are none); its index."""
+    whole = dim is None
+    if x.ndim == 0 and not whole:  # a scalar along "its" dim: itself, index 0
+        return x, jnp.zeros((), jnp.int64)
+    values = x.reshape(-1) if whole else jnp.moveaxis(x, dim, -1)
+    if values.shape[-1] == 0:
+        raise NotImplementedError("nanmedian of an empty dimension has no lowering (PyTorch raises)")
+    order = jnp.argsort(values, axis=-1, stable=True)  # NaN sorts last
+    count = jnp.sum(~jnp.isnan(values), axis=-1, keepdims=True)
+    k = jnp.where(count > 0, (count - 1) // 2, 0)
+    index = jnp.take_along_axis(order, k, axis=-1)
+    median = jnp.take_along_axis(values, index, axis=-1)
+    if whole:
+        return median.reshape(())
+    median, index = median[..., 0], index[..., 0].astype(jnp.int64)
+    if keepdim:
+        median, index = jnp.expand_dims(median, dim), jnp.expand_dims(index, dim)
+    return median, index
+
+
+@lowering(aten.mode)
+def mode(x, dim=-1, keepdim=False):
+    """The most frequent value along dim (the smallest one on a tie) and the index of its
+    last occurrence, as PyTorch's CPU kernel returns."""
+    values = jnp.moveaxis(x, dim, -1) if x.ndim else x.reshape(1)
+    equal = values[..., :, None] == values[..., None, :]
+    counts = jnp.sum(equal, axis=-1)
+    best = jnp.max(counts, axis=-1, keepdims=True)
+    candidates = jnp.where(counts == best, values, _largest(values.dtype))
+    winner = jnp.min(candidates, axis=-1, keepdims=True)
+    positions = jnp.arange(values.shape[-1])
+    last = jnp.max(jnp.where(values == winner, positions, -1), axis=-1, keepdims=True)
+    winner, last = winner[..., 0], last[..., 0].astype(jnp.int64)
+    if x.ndim == 0:
+        return winner.reshape(()), last.reshape(())
+    if keepdim:
+        winner, last = jnp.expand_dims(winner, dim), jnp.expand_dims(last, dim)
+    return winner, last
+
+
+def _largest(dtype):
+    if dtype == jnp.bool_:
+        return jnp.asarray(True)
+    if jnp.issubdtype(dtype, jnp.floating):
+        return jnp.asarray(jnp.inf, dtype)
+    return jnp.asarray(jnp.iinfo(dtype).max, dtype)

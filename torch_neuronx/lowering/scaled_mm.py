@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import torch
 
 from torch_neuronx.lowering import lowering
-from torch_neuronx.lowering.aten import _group_masks, grouped_mm
+from torch_neuronx.lowering.matmul import _group_masks, grouped_mm
 from torch_neuronx.lowering.common import is_float8, jax_dtype, to_float8, torch_dtype
 from torch_neuronx.ops import float8
 

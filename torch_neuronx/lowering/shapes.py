@@ -1,5 +1,6 @@
 """Lowerings of views, shape ops, indexing/scatter ops, creation ops and
-conversions (see torch_neuronx/lowering/__init__.py).
+conversions, and the ``*_copy`` variants of views (register_copy_variants, a post-pass of
+lowering.load()) (see torch_neuronx/lowering/__init__.py).
 
 Views become copies: a jax array has no storage to alias, and AOTAutograd's
 functionalized graphs never rely on aliasing (mutations come back as
@@ -17,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from torch_neuronx.lowering import lowering
+from torch_neuronx.lowering import LOWERINGS, lowering
 from torch_neuronx.lowering.common import (
     KIND, acc_dtype, cast, default_float, is_array, is_float, is_float8, jax_dtype, promote, to_float8,
     torch_dtype,
@@ -680,3 +681,59 @@ def embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_grad
     return out.reshape((num_weights,) + grad.shape[indices.ndim:]).astype(grad.dtype)
 
 
+# --------------------------------------------------------- *_copy view ops
+# Functionalization turns views into these out-of-place copies; the value is the view's.
+def _copy_of(view_lowering):
+    def lower(*args, **kwargs):
+        return view_lowering(*args, **kwargs)
+
+    return lower
+
+
+def register_copy_variants() -> None:
+    """The *_copy entries, from their view ops' (lowering.load() runs it once all are registered)."""
+    for name in ("as_strided", "permute", "select", "slice", "split", "unbind", "view"):
+        lowering(getattr(aten, name + "_copy"))(_copy_of(LOWERINGS[getattr(aten, name)]))
+
+
+@lowering(aten.narrow_copy)
+def narrow_copy(x, dim, start, length):
+    start = start % x.shape[dim] if start < 0 else start
+    return LOWERINGS[aten.slice](x, dim, start, start + length)
+
+
+@lowering(aten._index_put_impl)
+def index_put_impl(x, indices, values, accumulate=False, unsafe=False):
+    return LOWERINGS[aten.index_put](x, indices, values, accumulate)
+
+
+@lowering(aten.nonzero_static)
+def nonzero_static(x, *, size, fill_value=-1):
+    """The first `size` indices of nonzero elements (row-major), padded with fill_value."""
+    if x.ndim == 0:
+        return jnp.zeros((size, 0), jnp.int64)
+    coordinates = jnp.nonzero(x, size=size, fill_value=fill_value)
+    return jnp.stack(coordinates, axis=1).astype(jnp.int64)
+
+
+def _indices(triangle, row, col, offset, dtype):
+    import numpy as np
+
+    from torch_neuronx.lowering.common import jax_dtype
+
+    rows, cols = triangle(row, offset, col)
+    return jnp.asarray(np.stack([rows, cols]), jax_dtype(torch.int64 if dtype is None else dtype))
+
+
+@lowering(aten.tril_indices)
+def tril_indices(row, col, offset=0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    import numpy as np
+
+    return _indices(np.tril_indices, row, col, offset, dtype)
+
+
+@lowering(aten.triu_indices)
+def triu_indices(row, col, offset=0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    import numpy as np
+
+    return _indices(np.triu_indices, row, col, offset, dtype)

@@ -81,7 +81,7 @@ class InstanceProfile:
 
     @property
     def fp8(self) -> bool:
-        """FP8 compute (aten::_scaled_mm, MXFP8) is documented for Trainium3 only (REFERENCE.md §6)."""
+        """FP8 compute (aten::_scaled_mm, MXFP8) is documented for Trainium3 only (docs/hardware-figures.md#fp8-compute)."""
         return self.platform == "trn3"
 
     def with_lnc(self, lnc: int | None) -> InstanceProfile:
@@ -109,7 +109,7 @@ def _profile(name, platform, generation, chips, physical_cores_per_chip, hbm_per
 #   32 GiB per device); trainium.rst, "Trainium Architecture" (two NeuronCore-v2 per chip).
 # - trn2: trainium2.rst / logical-neuroncore-config.rst (8 NeuronCore-v3 and four 24GB banks =
 #   96 GiB per chip); trn2-arch.rst, "Amazon EC2 Trn2 Architecture" (trn2.48xlarge: 16 chips,
-#   1,536 GiB). trn2.3xlarge (1 chip): REFERENCE.md §2, https://aws.amazon.com/ec2/instance-types/trn2/.
+#   1,536 GiB). trn2.3xlarge (1 chip): https://aws.amazon.com/ec2/instance-types/trn2/ (docs/hardware-figures.md#instance-profiles).
 # - trn3: trainium3.rst, "Trainium3 Architecture" (8 NeuronCore-v4, 144 GiB per chip);
 #   trn3-arch.rst, "Amazon EC2 Trn3 Architecture": AWS publishes Trn3 as UltraServers only,
 #   Gen1 = 4 servers x 16 Trainium3 (9,216 GiB), Gen2 = 36 servers x 4; it lists no instance

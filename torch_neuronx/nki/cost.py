@@ -3,7 +3,7 @@
 Each compute engine (Tensor, Vector, Scalar, GpSimd) runs its instructions in order; an
 instruction starts when its engine is free and every earlier instruction it depends on has ended
 (read-after-write, write-after-read and write-after-write on overlapping parts of the same tile).
-Cycle counts follow REFERENCE.md §3 and are converted with the engine clocks of the target.
+Cycle counts follow docs/hardware-figures.md#neuroncore-and-nki-figures and are converted with the engine clocks of the target.
 
 DMA: 16 queues; a transfer takes a free queue, pays a fixed setup (~1.3 us, so concurrent transfers
 amortize it), then moves its bytes through the core's shared DMA bandwidth (16 x per-queue rate) at an
@@ -33,7 +33,7 @@ def dma_efficiency(bytes_per_partition: float) -> float:
 
 
 def instruction_cycles(cost: tuple, target: Target) -> float:
-    """Engine cycles of one compute instruction (REFERENCE.md §3; N = elements per partition)."""
+    """Engine cycles of one compute instruction (docs/hardware-figures.md#neuroncore-and-nki-figures; N = elements per partition)."""
     kind = cost[0]
     if kind == "matmul":
         _, m, n, dtype_name = cost

@@ -122,7 +122,7 @@ BINARY = {op.name: op for op in (
     Op("logical_xor", _logical(np.logical_xor), 2),
 )}
 
-# Ops VectorE runs at one element per cycle on all-bfloat16 operands (REFERENCE.md §3).
+# Ops VectorE runs at one element per cycle on all-bfloat16 operands (docs/hardware-figures.md#neuroncore-and-nki-figures).
 FAST_BF16 = frozenset({"add", "subtract", "multiply"})
 
 _UFUNC_ALIASES = {"true_divide": "divide", "max": "maximum", "min": "minimum", "amax": "maximum",

@@ -1,6 +1,6 @@
 """Per-generation figures used by the simulator (capacity) and the cost model (clocks, DMA).
 
-Figures from REFERENCE.md §2. The target of a plain simulated run comes from
+Figures and their sources: docs/hardware-figures.md#neuroncore-and-nki-figures. The target of a plain simulated run comes from
 NEURON_PLATFORM_TARGET_OVERRIDE (trn2 or trn3, default trn2), read at each launch.
 """
 
@@ -45,11 +45,11 @@ class Target:
 TARGETS = {
     "trn2": Target("trn2", 224 * KIB, 16 * KIB, 2 * KIB,
                    {"tensor": 2.4, "vector": 0.96, "scalar": 1.2, "gpsimd": 1.2},
-                   # REFERENCE.md §2, trn2 chip: FP8 1299 TFLOPS / dense BF16 667 TFLOPS
+                   # docs/hardware-figures.md#chip-figures, trn2 chip: FP8 1299 TFLOPS / dense BF16 667 TFLOPS
                    dma_queue_bytes_per_ns=23.0, fp8_matmul_speedup=1299 / 667),
     "trn3": Target("trn3", 256 * KIB, 16 * KIB, 2 * KIB,
                    {"tensor": 2.4, "vector": 1.2, "scalar": 1.2, "gpsimd": 1.2},
-                   # REFERENCE.md §2, trn3 chip: FP8 (MXFP8/MXFP4) 2517 TFLOPS / dense BF16 671 TFLOPS
+                   # docs/hardware-figures.md#chip-figures, trn3 chip: FP8 (MXFP8/MXFP4) 2517 TFLOPS / dense BF16 671 TFLOPS
                    dma_queue_bytes_per_ns=33.0, fp8_matmul_speedup=2517 / 671),
 }
 

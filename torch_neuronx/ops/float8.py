@@ -1,7 +1,7 @@
 """FP8 compute on the device: torch._scaled_mm and torch._scaled_grouped_mm.
 
 Who may run them: TorchNeuron documents FP8 compute (aten::_scaled_mm, MXFP8)
-for Trainium3 only (REFERENCE.md §6), so they run on profiles whose `fp8` is
+for Trainium3 only (docs/hardware-figures.md#fp8-compute), so they run on profiles whose `fp8` is
 true (trn3) and raise one error elsewhere, in eager here and at compile time
 in compiler/float8.py. Float8 storage, copies, views and casts work on every
 profile.

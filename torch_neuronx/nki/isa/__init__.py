@@ -25,7 +25,7 @@ engine = types.SimpleNamespace(tensor="tensor", vector="vector", scalar="scalar"
 
 _ENGINE_NAMES = {"tensor": "Tensor Engine", "vector": "Vector Engine", "scalar": "Scalar Engine",
                  "gpsimd": "GpSimd Engine", "dma": "DMA"}
-# What each engine may read / write (REFERENCE.md §3).
+# What each engine may read / write (docs/hardware-figures.md#neuroncore-and-nki-figures).
 _READS = {"tensor": {"sbuf"}, "vector": {"sbuf", "psum"}, "scalar": {"sbuf", "psum"},
           "gpsimd": {"sbuf"}, "dma": {"sbuf", "hbm"}}
 _WRITES = {"tensor": {"psum"}, "vector": {"sbuf", "psum"}, "scalar": {"sbuf", "psum"},

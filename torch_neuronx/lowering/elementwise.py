@@ -1,24 +1,20 @@
-"""Lowerings of Core ATen ops to jax (see torch_neuronx/lowering/__init__.py).
+"""Lowerings of elementwise ops (see torch_neuronx/lowering/__init__.py): arithmetic,
+comparisons and logic, unary math and special functions, integer math, complex
+numbers, and the activations with their backward ops.
 
-This module holds the elementwise ops, activations and their backward ops,
-the _foreach_ ops (optimizers) and matrix products; it imports the other
-lowering modules (reductions, shapes, nn) so that loading it loads the whole
-table.
+PyTorch's type promotion decides the computation and result dtypes (common.promote).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 
 import jax
 import jax.numpy as jnp
 import torch
 
-from torch_neuronx.lowering import LOWERINGS, lowering
-from torch_neuronx.lowering.common import KIND, acc_dtype, cast, is_array, is_float, jax_dtype, promote
-
-__all__ = ["jax_dtype"]
+from torch_neuronx.lowering import lowering
+from torch_neuronx.lowering.common import KIND, acc_dtype, cast, is_array, is_float, promote
 
 aten = torch.ops.aten
 
@@ -521,146 +517,79 @@ def prelu_kernel_backward(grad, x, weight):
             jnp.where(x > 0, 0, x * grad).astype(weight.dtype))
 
 
-# ------------------------------------------------------------- matrix products
-def _matmul(x, y):
-    dtype = jnp.result_type(x, y)
-    if dtype in (jnp.float16, jnp.bfloat16):
-        return jnp.matmul(x, y, preferred_element_type=jnp.float32), dtype
-    return jnp.matmul(x, y), dtype
+# ------------------------------ special functions, integer math, complex numbers
+def _float_pair(a, b):
+    from torch_neuronx.lowering.common import KIND, cast, promote
+
+    computation, result = promote(a, b, kind=KIND.INT_TO_FLOAT)
+    return cast(a, computation), cast(b, computation), result
 
 
-@lowering(aten.mm, aten.bmm, aten.mv, aten.dot)
-def mm(x, y):
-    out, dtype = _matmul(x, y)
-    return out.astype(dtype)
+@lowering(aten.igamma)
+def igamma(a, x):
+    """Regularized lower incomplete gamma P(a, x)."""
+    a, x, result = _float_pair(a, x)
+    return jax.scipy.special.gammainc(a, x).astype(result)
 
 
-@lowering(aten.vdot)
-def vdot(x, y):
-    return mm(jnp.conj(x), y)
+@lowering(aten.igammac)
+def igammac(a, x):
+    """Regularized upper incomplete gamma Q(a, x) = 1 - P(a, x)."""
+    a, x, result = _float_pair(a, x)
+    return jax.scipy.special.gammaincc(a, x).astype(result)
 
 
-def _add_scaled(product, dtype, bias, beta, alpha):
-    if not is_float(dtype):  # PyTorch casts alpha and beta to the integer dtype
-        alpha, beta = int(alpha), int(beta)
-    out = product if alpha == 1 else product * alpha
-    if beta != 0:
-        bias = bias.astype(out.dtype)
-        out = out + (bias if beta == 1 else bias * beta)
-    return out.astype(dtype)
+def _integer_pair(a, b):
+    from torch_neuronx.lowering.common import cast, promote
+
+    _, result = promote(a, b)
+    return cast(a, result), cast(b, result)
 
 
-@lowering(aten.addmm, aten.baddbmm, aten.addmv)
-def addmm(bias, x, y, beta=1, alpha=1):
-    product, dtype = _matmul(x, y)
-    return _add_scaled(product, dtype, bias, beta, alpha)
+@lowering(aten.gcd)
+def gcd(a, b):
+    return jnp.gcd(*_integer_pair(a, b))
 
 
-@lowering(aten.addbmm)
-def addbmm(bias, x, y, beta=1, alpha=1):
-    product, dtype = _matmul(x, y)
-    return _add_scaled(product.sum(0), dtype, bias, beta, alpha)
+@lowering(aten.lcm)
+def lcm(a, b):
+    return jnp.lcm(*_integer_pair(a, b))
 
 
-def _group_masks(offs, size):
-    """[groups, size] booleans: position i belongs to group g when
-    offs[g-1] <= i < offs[g] (offs: the groups' cumulative end offsets).
-    Positions past offs[-1] belong to no group; their results are zero
-    (PyTorch leaves them uninitialized)."""
-    ends = offs.astype(jnp.int32)
-    starts = jnp.concatenate([jnp.zeros((1,), jnp.int32), ends[:-1]])
-    position = jnp.arange(size, dtype=jnp.int32)
-    return (starts[:, None] <= position) & (position < ends[:, None])
+@lowering(aten.angle)
+def angle(x):
+    """Complex: arg(x). Real: 0 for x >= 0, pi for x < 0, NaN kept (integers become float)."""
+    from torch_neuronx.lowering.common import KIND, cast, promote
+
+    if jnp.iscomplexobj(x):
+        return jnp.angle(x)
+    _, result = promote(x, kind=KIND.INT_TO_FLOAT)
+    x = cast(x, result)
+    return jnp.where(jnp.isnan(x), x, jnp.where(x < 0, jnp.asarray(jnp.pi, result), jnp.zeros((), result)))
 
 
-@lowering(aten._grouped_mm)
-def grouped_mm(a, b, offs=None, bias=None, out_dtype=None):
-    """torch._grouped_mm (MoE experts; torch.nn.functional.grouped_mm), in its
-    four forms. With offs, one operand is split into groups along one dim:
-    2D x 3D: a's rows (group g's rows times b[g]) -> [m, n];
-    3D x 2D: b's columns (a[g] times group g's columns) -> [m, n];
-    2D x 2D: the contraction dim (one product per group) -> [groups, m, n].
-    3D x 3D without offs is a batched product. Each form is one dot over the
-    operand masked per group: dense work (groups times the ragged product),
-    the price of static shapes."""
-    if bias is not None:
-        raise NotImplementedError("torch._grouped_mm: bias is not supported (as in PyTorch)")
-    dtype = jax_dtype(out_dtype) if out_dtype is not None else a.dtype
-    contract = functools.partial(jnp.einsum, preferred_element_type=acc_dtype(a.dtype))
-    if offs is None:
-        out = contract("gmk,gkn->gmn", a, b)
-    elif a.ndim == 2 and b.ndim == 3:
-        masked = jnp.where(_group_masks(offs, a.shape[0])[:, :, None], a[None], 0)
-        out = contract("gmk,gkn->mn", masked, b)
-    elif a.ndim == 3 and b.ndim == 2:
-        masked = jnp.where(_group_masks(offs, b.shape[1])[:, None, :], b[None], 0)
-        out = contract("gmk,gkn->mn", a, masked)
-    else:  # 2D x 2D: groups along the contraction
-        masked = jnp.where(_group_masks(offs, a.shape[1])[:, None, :], a[None], 0)
-        out = contract("gmk,kn->gmn", masked, b)
-    return out.astype(dtype)
+@lowering(aten.complex)
+def complex_(real, imag):
+    return jax.lax.complex(real, imag)
 
 
-@lowering(aten.addr)
-def addr(bias, x, y, beta=1, alpha=1):
-    return _add_scaled(jnp.outer(x, y), jnp.result_type(x, y), bias, beta, alpha)
+@lowering(aten.polar)
+def polar(magnitude, phase):
+    return jax.lax.complex(magnitude * jnp.cos(phase), magnitude * jnp.sin(phase))
 
 
-# ------------------------------------------------------------ _foreach_ ops
-# Optimizers (foreach=True, the default on accelerators) keep lists of tensors;
-# each _foreach_ overload applies the plain op element by element. List
-# arguments (Tensor[] / Scalar[]) are zipped; `Tensor scalars` holds one value
-# per element; everything else is shared.
-_FOREACH_BASE = {"norm": aten.linalg_vector_norm, "max": aten.amax, "zero": aten.zeros_like,
-                 "clone": aten.clone, "copy": aten.copy}
+@lowering(aten.conj_physical, aten._conj, aten._conj_copy, aten._conj_physical)
+def conj_physical(x):
+    """The conjugate. `_conj` (the conjugate view, in the backward of complex
+    products such as complex rotary embeddings) is the same value in a
+    functional graph."""
+    return jnp.conj(x) if jnp.iscomplexobj(x) else x
 
 
-def _foreach_lowering(overload, base):
-    schema = overload._schema
-    positional = [a for a in schema.arguments if not a.kwarg_only]
-    zipped = {a.name for a in schema.arguments if str(a.type) in ("List[Tensor]", "List[number]")}
-    per_element = {a.name for a in schema.arguments if a.name == "scalars" and str(a.type) == "Tensor"}
-
-    def lower(*args, **kwargs):
-        named = dict(zip([a.name for a in positional], args))
-        named.update(kwargs)
-        length = len(next(named[n] for n in named if n in zipped))
-        results = []
-        for i in range(length):
-            def pick(name, value):
-                if name in zipped:
-                    return value[i]
-                if name in per_element:
-                    return value[i]
-                return value
-
-            values = {n: pick(n, v) for n, v in named.items()}
-            call_args = [values[a.name] for a in positional if a.name in values]
-            call_kwargs = {a.name: values[a.name] for a in schema.arguments if a.kwarg_only and a.name in values}
-            if base is aten.linalg_vector_norm:  # _foreach_norm(self, ord, dtype)
-                call_args, call_kwargs = call_args[:2], {"dtype": values.get("dtype")}
-            if base is aten.copy:
-                call_kwargs = {}
-                call_args = call_args[:2]
-            results.append(LOWERINGS[base](*call_args, **call_kwargs))
-        return results
-
-    return lower
+def _shrink_backward(grad, x, lambd):
+    """Both shrink functions are flat on [-lambd, lambd] and have slope 1 outside."""
+    inside = (x >= -lambd) & (x <= lambd)
+    return jnp.where(inside, jnp.zeros((), grad.dtype), grad)
 
 
-def register_foreach():
-    """The _foreach_ variants of every lowered op (lowering.load() runs it once all are registered)."""
-    names = sorted({
-        name.split("::")[1].split(".")[0] for name in torch._C._dispatch_get_all_op_names()
-        if name.startswith("aten::_foreach_") and not name.split(".")[0].endswith("_")
-    })
-    for name in names:
-        base = _FOREACH_BASE.get(name[len("_foreach_"):]) or getattr(aten, name[len("_foreach_"):], None)
-        if base is None or base not in LOWERINGS:
-            continue
-        packet = getattr(aten, name)
-        for overload_name in packet.overloads():
-            if "out" in overload_name:
-                continue
-            overload = getattr(packet, overload_name)
-            LOWERINGS[overload] = _foreach_lowering(overload, base)
+lowering(aten.hardshrink_backward, aten.softshrink_backward)(_shrink_backward)

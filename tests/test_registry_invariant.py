@@ -65,6 +65,8 @@ def _decomposed_cases():
         "soft_margin_loss": [(aten.soft_margin_loss.default, (x, signs, 1))],
         "soft_margin_loss_backward": [(aten.soft_margin_loss_backward.default, (torch.tensor(1.5), x, signs, 1))],
         "softshrink": [(aten.softshrink.default, (x, 0.5))],
+        "select_backward": [(aten.select_backward.default, (y[1], [3, 4], 0, 1))],
+        "slice_backward": [(aten.slice_backward.default, (y[:, 1:3], [3, 4], 1, 1, 3, 1))],
         "split_with_sizes_copy": [(aten.split_with_sizes_copy.default, (x, [1, 3], 1))],
         "squeeze_copy": [(aten.squeeze_copy.dim, (x[:, None], 1))],
         "t_copy": [(aten.t_copy.default, (x,))],

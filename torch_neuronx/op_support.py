@@ -16,7 +16,10 @@ time:
 - torch.compile: the lowering table (lowering.lookup) and the compiler's
   decomposition table (compiler/aot.py, applied by AOTAutograd before lowering);
 - dtypes: the device-wide rules (the fp64 rule of csrc/Eager.cpp and the
-  lowerings, exact float64 for DATA_MOVEMENT, FP8 per instance profile).
+  lowerings, exact float64 for DATA_MOVEMENT, FP8 per instance profile);
+- the release it models: ops/evidence.py's record of what TorchNeuron does
+  with the op, with its source, and whether the emulator does the same
+  (``differences()``, ``torch-neuronx ops --differences``).
   The project keeps no per-op dtype list: docs/conformance.md records the
   OpInfo runs per OpInfo entry and lists failures only, so no per-op dtype
   set is claimed here.
@@ -36,9 +39,9 @@ import sys
 
 import torch
 
-from torch_neuronx.ops import sparse
+from torch_neuronx.ops import evidence, sparse
 from torch_neuronx.ops.registry import (
-    DATA_DEPENDENT_SHAPE, DATA_MOVEMENT, DIRECT_KERNELS, FP8_COMPUTE, NATIVE_OPS, base_name,
+    DATA_DEPENDENT_SHAPE, DATA_MOVEMENT, DIRECT_KERNELS, FP8_COMPUTE, HOST_FALLBACK, NATIVE_OPS, base_name,
 )
 
 PAGE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "supported-operators.md"
@@ -67,6 +70,10 @@ FP8_RULE = ("float8/float4 dtypes store, copy, view and cast on every profile; F
             "(_scaled_mm, _scaled_grouped_mm) runs on Trainium3 (trn3 profiles) only and raises on "
             "trn1/trn2 (docs/fp8.md)")
 FP8_ONLY = "Trainium3 only (trn3 profiles): raises on trn1/trn2 (docs/fp8.md)"
+# What is known of TorchNeuron's compile for the ops its eager mode runs on the host.
+HOST_COMPILE_NOTE = ("; on Trainium unverified: TorchNeuron's compile has no CPU partition (a graph is one "
+                     "device program, AWS snapshot torch_neuronx/neuron_dynamo_backend/backend.py), so a graph "
+                     "holding an op its lowering lacks fails to compile there; no AWS source shows it lowered")
 
 
 # ------------------------------------------------------------------ records
@@ -93,6 +100,7 @@ class OpSupport:
     dtypes: dict               # {"eager": ..., "compile": ..., "float8": ...}: rules, not per-op lists
     overloads: tuple[OverloadSupport, ...]
     graph_break: bool = False  # DATA_DEPENDENT_SHAPE: Dynamo runs it eagerly between graphs
+    release: evidence.Evidence | None = None  # what TorchNeuron does with it, where recorded
 
     @property
     def not_compiled(self) -> list[str]:
@@ -105,6 +113,7 @@ class OpSupport:
         return {"op": self.name, "eager": self.eager, "eager_reason": self.eager_reason,
                 "compile": self.compile, "compile_reason": self.compile_reason,
                 "graph_break": self.graph_break, "dtypes": dict(self.dtypes),
+                "release": self.release.to_json() if self.release else None,
                 "overloads": [o.to_json() for o in self.overloads]}
 
 
@@ -196,6 +205,10 @@ def _eager_op(base: str, overloads) -> tuple[str, str]:
     # Any overload: a composite functional form often calls the in-place or out= one
     # (embedding_renorm -> embedding_renorm_, special_xlog1py.self_scalar -> special_xlog1py.out).
     routes = {o.eager for o in overloads}
+    if FALLBACK in routes and base in HOST_FALLBACK:
+        return FALLBACK, ("TorchNeuron runs it on the host CPU (ops/evidence.py), so it is not in the native op "
+                          "set here either: its inputs are copied to the host, PyTorch's CPU kernel runs, the "
+                          "results are copied back (warned about, recorded by torch_neuronx.get_fallback_ops())")
     if FALLBACK in routes:
         return FALLBACK, ("not in the native op set (ops/registry.py): its inputs are copied to the host, "
                           "PyTorch's CPU kernel runs, the results are copied back (warned about, recorded "
@@ -240,7 +253,7 @@ def _compile_op(base: str, overloads, ops) -> tuple[str, str]:
     lowered = [o for o in overloads if o.compile == LOWERED]
     if lowered:
         rule = _lowering_rule(ops[lowered[0].name])
-        note = _fp8_profile_note() if base in FP8_COMPUTE else ""
+        note = _fp8_profile_note() if base in FP8_COMPUTE else HOST_COMPILE_NOTE if base in HOST_FALLBACK else ""
         return LOWERED, f"a rule in the lowering table ({rule.__module__.replace('.', '/')}.py){note}"
     decomposed = [o for o in overloads if o.compile == DECOMPOSED]
     if decomposed:
@@ -291,7 +304,7 @@ def op_support(base: str) -> OpSupport:
     eager, eager_reason = _eager_op(base, overloads)
     compile, compile_reason = _compile_op(base, overloads, ops)
     return OpSupport(base, eager, eager_reason, compile, compile_reason, _dtypes(base, eager, compile),
-                     overloads, graph_break=base in DATA_DEPENDENT_SHAPE)
+                     overloads, graph_break=base in DATA_DEPENDENT_SHAPE, release=evidence.BY_OP.get(base))
 
 
 def resolve(name: str) -> tuple[str, str | None]:
@@ -327,8 +340,13 @@ def documented_ops() -> list[OpSupport]:
     """The page's ops: every op of the native set, and every ATen op with a lowering."""
     from torch_neuronx.lowering import lowered_op_names
 
-    names = (set(NATIVE_OPS) | lowered_op_names()) & set(aten_overloads())
+    names = (set(NATIVE_OPS) | lowered_op_names() | set(evidence.BY_OP)) & set(aten_overloads())
     return [op_support(base) for base in sorted(names)]
+
+
+def differences() -> list[OpSupport]:
+    """The ops whose route here differs from what TorchNeuron does (ops/evidence.py), with why."""
+    return [op_support(record.op) for record in evidence.differences()]
 
 
 def summary() -> dict:
@@ -366,7 +384,9 @@ def _limitations(op: OpSupport) -> str:
     if op.graph_break:
         notes.append("graph break: value-dependent forms run eagerly between compiled graphs")
     if op.eager == FALLBACK:
-        notes.append("not in the native op set")
+        notes.append("runs on the CPU on Trainium too" if op.name in HOST_FALLBACK else "not in the native op set")
+    if op.release and not op.release.emulated:
+        notes.append(f"TorchNeuron: {op.release.route}; differs here (see below)")
     missing = op.not_compiled
     if missing:
         notes.append("not compiled: " + ", ".join(f"`{name}`" for name in missing))
@@ -424,7 +444,28 @@ def render_page() -> str:
     for op in ops:
         lines.append(f"| `{op.name}` | {EAGER_CELL[op.eager]} | {COMPILE_CELL[op.compile]} | "
                      f"{_dtype_cell(op)} | {_limitations(op)} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _release_section()) + "\n"
+
+
+def _release_section() -> list[str]:
+    """The evidence of what TorchNeuron does with an op, and where the emulator differs."""
+    lines = [
+        "",
+        "## What TorchNeuron does, and where this emulator differs",
+        "",
+        "Each decision about the release this emulator models, with its source "
+        "(`torch_neuronx/ops/evidence.py`; `torch-neuronx ops --differences` lists the ones not followed yet). "
+        "**cpu fallback**: TorchNeuron runs the op on the host CPU; here too. **one kernel**: PyTorch "
+        "implements the op as several, TorchNeuron registers one device kernel. **device + host read**: "
+        "device work, then a host read before the rest. Compiled graphs: " + HOST_COMPILE_NOTE[2:] + ".",
+        "",
+        "| Operator | TorchNeuron | Here | Source |",
+        "|---|---|---|---|",
+    ]
+    for record in evidence.RECORDS:
+        here = "same" + (f" ({record.note})" if record.note else "") if record.emulated else f"**differs**: {record.note}"
+        lines.append(f"| `{record.op}` | {record.route} | {here} | {record.source} |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""``torch-neuronx ops [NAME ...] [--all] [--json]``: where ATen ops run on the
+"""``torch-neuronx ops [NAME ...] [--all] [--differences] [--json]``: where ATen ops run on the
 neuron device, in eager mode and under torch.compile, with their dtype rules
 and overloads. The answers are torch_neuronx.op_support's (the native op
 registry, the dispatcher, the lowering table, the compiler's decompositions),
@@ -24,6 +24,8 @@ def add_arguments(parser) -> None:
                         help="ATen ops: a base name (add), an overload (aten::add.Tensor), an in-place "
                              "or out= form (add_, add.out); none: the summary counts")
     parser.add_argument("--all", action="store_true", help="every ATen op, one line each")
+    parser.add_argument("--differences", action="store_true",
+                        help="the ops whose route here differs from TorchNeuron's (the release it models), with why")
     parser.add_argument("--json", action="store_true", help="print JSON (fields: docs/tools.md)")
     parser.set_defaults(ops_parser=parser)
 
@@ -31,10 +33,15 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from torch_neuronx import op_support as support
 
-    if args.names and args.all:  # a usage error: argparse's format and exit code
+    if sum((bool(args.names), args.all, args.differences)) > 1:  # a usage error: argparse's format and exit code
         args.ops_parser.print_usage(sys.stderr)
-        print(f"{args.ops_parser.prog}: error: NAME and --all exclude each other", file=sys.stderr)
+        print(f"{args.ops_parser.prog}: error: NAME, --all and --differences exclude each other", file=sys.stderr)
         return 2
+    if args.differences:
+        ops = support.differences()
+        _print(args, {"schema_version": SCHEMA_VERSION, "ops": [op.to_json() for op in ops]},
+               lambda: render_differences(ops))
+        return 0
     if args.all:
         ops = support.all_ops()
         _print(args, {"schema_version": SCHEMA_VERSION, "ops": [op.to_json() for op in ops]},
@@ -83,6 +90,10 @@ def render_op(op, overload: str | None = None) -> str:
     if op.not_compiled:
         compile_text += f"; not compiled: {', '.join(op.not_compiled)}"
     rows = [("eager", f"{op.eager}: {op.eager_reason}"), ("torch.compile", compile_text)]
+    if op.release:
+        same = "the same here" if op.release.emulated else "differs here"
+        note = f" ({op.release.note})" if op.release.note else ""
+        rows.append(("TorchNeuron", f"{op.release.route}, {same}{note}; source: {op.release.source}"))
     rows += [("dtypes" if i == 0 else "", f"{key}: {rule}") for i, (key, rule) in enumerate(op.dtypes.items())]
     width = max(len(o.name) for o in op.overloads) + 2
     for i, o in enumerate(op.overloads):
@@ -109,6 +120,17 @@ def render_summary(counts: dict) -> str:
     lines.append("")
     lines.append(f"`{PROG} ops NAME ...` for an op's block (eager, torch.compile, dtypes, overloads), "
                  f"`{PROG} ops --all` for every op; the table: docs/supported-operators.md")
+    return "\n".join(lines)
+
+
+def render_differences(ops) -> str:
+    """Where this emulator's route differs from the evidence of what TorchNeuron does."""
+    if not ops:
+        return "no known differences from TorchNeuron (torch_neuronx/ops/evidence.py)"
+    lines = [f"{len(ops)} ops run differently here than on TorchNeuron (torch_neuronx/ops/evidence.py):"]
+    for op in ops:
+        lines += [f"  {op.name}: TorchNeuron: {op.release.route}; here: {op.eager}",
+                  f"    why: {op.release.note}", f"    source: {op.release.source}"]
     return "\n".join(lines)
 
 

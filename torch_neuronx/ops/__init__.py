@@ -13,7 +13,9 @@ from torch_neuronx.ops.registry import (
     DATA_MOVEMENT,
     DIRECT_KERNELS,
     FAST_PATH_OVERLOADS,
+    MASK_INDEX_OVERLOADS,
     NATIVE_OPS,
+    base_name,
 )
 
 # The C++ enums (csrc/Eager.h OpFlags, csrc/Runtime.h FallbackMode and
@@ -61,21 +63,30 @@ def _draws_from_default_generator(name: str) -> bool:
     return not any("Generator" in str(arg.type) for arg in op._schema.arguments)
 
 
+def _flags(base: str) -> int:
+    return (CROSS_DEVICE if base in ACCEPTS_HOST_TENSORS else 0) | (EXACT_FP64 if base in DATA_MOVEMENT else 0)
+
+
 def native_overloads() -> list[tuple[str, int]]:
     """(name.overload, flags) of every overload the alias kernel serves: those of
-    the native set less the direct kernels' ops and FAST_PATH_OVERLOADS."""
+    the native set less the direct kernels' ops, FAST_PATH_OVERLOADS and
+    MASK_INDEX_OVERLOADS."""
     result = []
     for base in sorted(NATIVE_OPS - DIRECT_KERNELS):
-        flags = (CROSS_DEVICE if base in ACCEPTS_HOST_TENSORS else 0) | (
-            EXACT_FP64 if base in DATA_MOVEMENT else 0
-        )
         for name in _overloads(base):
             qualified = "aten::" + name
-            if name in FAST_PATH_OVERLOADS or not _has_own_cpu_kernel(qualified) \
-                    or _draws_from_default_generator(name):
+            if name in FAST_PATH_OVERLOADS or name in MASK_INDEX_OVERLOADS \
+                    or not _has_own_cpu_kernel(qualified) or _draws_from_default_generator(name):
                 continue
-            result.append((name, flags))
+            result.append((name, _flags(base)))
     return result
+
+
+def fronted_overloads() -> list[tuple[str, int]]:
+    """(name.overload, flags) of the overloads csrc/MaskIndex.cpp serves in front of
+    the alias kernel, which runs them after it: registration records their flags
+    and keeps MaskIndex.cpp's kernel (csrc/Eager.cpp, registerNativeOps)."""
+    return [(name, _flags(base_name(name))) for name in sorted(MASK_INDEX_OVERLOADS)]
 
 
 _python_kernels: list[torch.library.Library] = []  # kept alive: a dropped Library unregisters
@@ -114,7 +125,7 @@ def _register_python_kernels(kernels: dict, key: str = "PrivateUse1") -> None:
 def register() -> None:
     from torch_neuronx.ops import float8, histogram, rnn, sparse, topk
 
-    _C._register_native_ops(native_overloads())
+    _C._register_native_ops(native_overloads() + fronted_overloads())
     if not _python_kernels:
         _register_python_kernels(rnn.KERNELS)
         _register_python_kernels(histogram.KERNELS)

@@ -27,6 +27,8 @@ leaves this set (each removal is recorded in the comment after DATA_DEPENDENT_SH
 
 from __future__ import annotations
 
+from torch_neuronx.ops import evidence
+
 # Pure data movement: float64 stays exact (no fp32 rounding) for these.
 DATA_MOVEMENT = """
     alias as_strided_copy cat clone constant_pad_nd copy diagonal_copy embedding expand_copy
@@ -37,6 +39,7 @@ DATA_MOVEMENT = """
     select_scatter slice_copy slice_scatter split_copy split_with_sizes_copy squeeze_copy
     stack t_copy take transpose_copy tril triu unbind_copy unfold_copy unsqueeze_copy
     view_copy where zero zeros_like ones_like full_like tril_indices triu_indices
+    full zeros ones scalar_tensor slice_backward select_backward
     _unsafe_index _unsafe_index_put col2im im2col pixel_shuffle pixel_unshuffle
 """.split()
 
@@ -82,9 +85,8 @@ COMPUTE = """
     _foreach_sqrt _foreach_sub _foreach_zero _foreach_copy _foreach_maximum _foreach_pow
     _foreach_sign _foreach_abs _foreach_exp _fused_adam _fused_adamw _fused_sgd
     _amp_foreach_non_finite_check_and_unscale _amp_update_scale linalg_vector_norm
-    _linalg_svd _linalg_eigh linalg_cholesky_ex linalg_inv_ex
-    linalg_lu_factor_ex linalg_lu linalg_solve_triangular _linalg_solve_ex linalg_qr
-    linalg_householder_product triangular_solve cholesky_solve ormqr
+    linalg_lu linalg_solve_triangular _linalg_solve_ex
+    linalg_householder_product cholesky_solve ormqr
     _weight_norm_interface _weight_norm_interface_backward nonzero_static
     bincount unique_dim _unique2 unique_consecutive log_sigmoid_forward log_sigmoid_backward
     equal unfold_backward mode _prelu_kernel _prelu_kernel_backward angle norm _pdist_backward
@@ -132,6 +134,20 @@ DATA_DEPENDENT_SHAPE = DATA_DEPENDENT | {
 #   _ctc_loss, _ctc_loss_backward: not lowered (a scan over time steps); the fallback works.
 #   _make_per_tensor_quantized_tensor: quantized tensors cannot live on the device (empty_strided
 #       has no quantized support); it failed as a native op too, and fails the same way now.
+
+# Ops the release this emulator models runs on the host CPU (ops/evidence.py: AWS's own
+# fallback list and tests): never native here either, so eager calls take the CPU
+# fallback, warned about and counted, as a user meets them on Trainium. They keep their
+# lowerings (compiled graphs still hold them; op_support says what is known of the
+# release's compile). _linalg_svd, _linalg_eigh, linalg_cholesky_ex, linalg_inv_ex,
+# linalg_lu_factor_ex, linalg_qr and triangular_solve left COMPUTE for this.
+HOST_FALLBACK = evidence.ops_routed(evidence.HOST)
+
+# The overload csrc/MaskIndex.cpp serves in front of the alias kernel: boolean-mask
+# indexing runs nonzero on the device (a host read) before the gather, as the release
+# does (ops/evidence.py). ops.native_overloads() leaves it out of the alias kernel's
+# registration and hands it the op's flags.
+MASK_INDEX_OVERLOADS = frozenset({"index.Tensor"})
 
 # Ops that legitimately take non-scalar CPU tensors next to device tensors
 # (copies and advanced indexing with host index tensors), as on CUDA.

@@ -1,0 +1,268 @@
+"""The device's op set follows the evidence of what TorchNeuron does
+(torch_neuronx/ops/evidence.py): ops it runs on the host CPU fall back here too
+(warned about, counted, seen by the audit), boolean-mask indexing is nonzero on
+the device plus a host read, composite ops it runs as one kernel are one call
+here, and `torch-neuronx ops` shows each decision's source and the
+differences that remain."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+import torch
+
+import torch_neuronx
+from torch_neuronx import op_support
+from torch_neuronx.audit import recorder
+from torch_neuronx.cli import main as cli_main
+from torch_neuronx.ops import evidence, registry
+
+DEVICE = "neuron"
+
+
+@pytest.fixture
+def tracked():
+    torch_neuronx.clear_op_tracking()
+    yield
+    torch_neuronx.clear_op_tracking()
+
+
+def _fell_back(base: str) -> int:
+    """Calls of any overload of `base` that took the CPU fallback (a structured op's
+    functional form falls back as its out= overload, e.g. aten::linalg_qr.out)."""
+    return sum(n for op, n in torch_neuronx.get_fallback_ops().items() if registry.base_name(op) == base)
+
+
+def _recorded(fn):
+    """The audit's in-process recording of fn's device calls: op -> its signatures' records."""
+    rec = recorder.Recording()
+    rec.start()
+    try:
+        fn()
+    finally:
+        rec.stop()
+    by_op: dict[str, list] = {}
+    for signature in rec.record()["signatures"]:
+        by_op.setdefault(signature["op"], []).append(signature)
+    return by_op
+
+
+# ----------------------------------------------------------------- the records
+
+
+def test_records_name_aten_ops_with_a_route_and_a_source():
+    aten = op_support.aten_overloads()
+    for record in evidence.RECORDS:
+        assert record.op in aten, record.op
+        assert record.route in (evidence.HOST, evidence.ONE_KERNEL, evidence.HOST_STEP), record
+        assert record.source.startswith(("AWS snapshot", "Neuron docs")), record
+        assert record.emulated or record.note, f"{record.op}: a difference must say why"
+    assert len(evidence.BY_OP) == len(evidence.RECORDS), "one record per op"
+
+
+def test_host_fallback_ops_are_not_native_and_have_no_neuron_kernel():
+    assert registry.HOST_FALLBACK == evidence.ops_routed(evidence.HOST)
+    assert not registry.HOST_FALLBACK & registry.NATIVE_OPS
+    for base in registry.HOST_FALLBACK:
+        for name in op_support.aten_overloads()[base]:
+            assert not torch._C._dispatch_has_kernel_for_dispatch_key("aten::" + name, "PrivateUse1"), name
+
+
+def test_emulated_one_kernel_ops_are_native():
+    for record in evidence.RECORDS:
+        if record.route == evidence.ONE_KERNEL and record.emulated:
+            assert record.op in registry.NATIVE_OPS, record.op
+
+
+# ------------------------------------------------- ops TorchNeuron runs on the host
+
+
+def test_host_fallback_op_falls_back_with_a_warning_and_is_counted(tracked):
+    a = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        q, r = torch.linalg.qr(a.to(DEVICE))
+    assert any("aten::linalg_qr" in str(w.message) and "runs on the CPU" in str(w.message) for w in caught)
+    assert _fell_back("linalg_qr") == 1
+    want_q, want_r = torch.linalg.qr(a)
+    # the same CPU kernel on the same values: equal up to the copy
+    torch.testing.assert_close(q.cpu(), want_q, rtol=0, atol=0)
+    torch.testing.assert_close(r.cpu(), want_r, rtol=0, atol=0)
+    assert q.device.type == DEVICE and q.stride() == want_q.stride()
+
+
+@pytest.mark.parametrize("name, call", [
+    ("_linalg_svd", lambda m: torch.linalg.svd(m)),
+    ("_linalg_eigh", lambda m: torch.linalg.eigh(m @ m.mT)),
+    ("linalg_cholesky_ex", lambda m: torch.linalg.cholesky(m @ m.mT + torch.eye(4, device=m.device))),
+    ("linalg_inv_ex", lambda m: torch.linalg.inv(m @ m.mT + torch.eye(4, device=m.device))),
+    ("linalg_lu_factor_ex", lambda m: torch.linalg.lu_factor(m)),
+    ("triangular_solve", lambda m: torch.triangular_solve(m, m.triu() + 4 * torch.eye(4, device=m.device))),
+])
+def test_each_host_fallback_op_takes_the_fallback(tracked, name, call):
+    m = torch.randn(4, 4, generator=torch.Generator().manual_seed(1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = call(m.to(DEVICE))
+    assert _fell_back(name) >= 1
+    for have, want in zip(torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(call(m))):
+        torch.testing.assert_close(have.cpu(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_audit_sees_the_fallback():
+    m = torch.randn(4, 4).to(DEVICE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        calls = _recorded(lambda: torch.linalg.qr(m))
+    qr = [s for op, signatures in calls.items() if registry.base_name(op) == "linalg_qr" for s in signatures]
+    assert qr and all("fallback" in s["hazards"] for s in qr)
+
+
+def test_a_host_fallback_op_still_compiles(tracked, fresh_dynamo):
+    """TorchNeuron's compile has no CPU partition; the emulator keeps its lowering (one
+    graph, no fallback) and says that the release is unverified there."""
+    a = torch.randn(5, 3, generator=torch.Generator().manual_seed(2))
+    fn = torch.compile(lambda x: torch.linalg.qr(x).R.abs() * 2, backend="neuron", fullgraph=True)
+    got = fn(a.to(DEVICE))
+    torch.testing.assert_close(got.cpu(), torch.linalg.qr(a).R.abs() * 2, rtol=1e-5, atol=1e-5)
+    assert _fell_back("linalg_qr") == 0
+    support = op_support.op_support("linalg_qr")
+    assert support.eager == op_support.FALLBACK and support.compile == op_support.LOWERED
+    assert "no CPU partition" in support.compile_reason
+
+
+# ---------------------------------------------------- boolean masks: nonzero + index
+
+
+def test_mask_index_runs_nonzero_on_the_device_then_index(tracked):
+    x = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(3))
+    mask = x[..., 0] > 0
+    got = x.to(DEVICE)[mask.to(DEVICE)]
+    torch.testing.assert_close(got.cpu(), x[mask], rtol=0, atol=0)
+    executed = torch_neuronx.get_executed_ops()
+    assert executed.get("aten::nonzero") == 1 and executed.get("aten::index.Tensor") == 1
+    assert torch_neuronx.get_fallback_ops() == {}
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: (x > 10,),                                     # all false: an empty result
+    lambda x: (slice(None), x[0] > 0),                       # a mask after a full slice
+    lambda x: (torch.tensor([2, 0]), torch.tensor([True, False, True], device=DEVICE)),  # integers, then a mask
+    lambda x: ((x[:, :, 0] > 0).cpu(),),                     # a host mask
+])
+def test_mask_index_matches_the_cpu(tracked, make):
+    x = torch.randn(3, 3, 4, generator=torch.Generator().manual_seed(4))
+    index = tuple(i.to(DEVICE) if isinstance(i, torch.Tensor) and i.dtype == torch.bool and i.device.type != "cpu"
+                  else i for i in make(x.to(DEVICE)))
+    want = x[tuple(i.cpu() if isinstance(i, torch.Tensor) else i for i in index)]
+    torch.testing.assert_close(x.to(DEVICE)[index].cpu(), want, rtol=0, atol=0)
+    assert torch_neuronx.get_fallback_ops() == {}
+
+
+def test_integer_index_runs_one_kernel(tracked):
+    x = torch.randn(4, 3).to(DEVICE)
+    x[torch.tensor([3, 1], device=DEVICE)]
+    executed = torch_neuronx.get_executed_ops()
+    assert executed.get("aten::index.Tensor") == 1 and "aten::nonzero" not in executed
+
+
+def test_mask_shape_mismatch_is_pytorchs_error():
+    x = torch.randn(3, 4)
+    with pytest.raises(IndexError) as cpu:
+        x[torch.ones(4, dtype=torch.bool)]
+    with pytest.raises(IndexError) as neuron:
+        x.to(DEVICE)[torch.ones(4, dtype=torch.bool, device=DEVICE)]
+    assert str(neuron.value) == str(cpu.value)
+
+
+def test_the_audit_sees_the_mask_index_host_read():
+    x = torch.randn(8, 3).to(DEVICE)
+    mask = x[:, 0] > 0
+    calls = _recorded(lambda: x[mask])
+    assert "data_dependent_shape" in calls["aten::nonzero"][0]["hazards"]
+    assert "aten::index.Tensor" in calls
+
+
+def test_mask_index_backward_matches_the_cpu():
+    x = torch.randn(5, 2, generator=torch.Generator().manual_seed(5))
+    mask = x[:, 0] > 0
+    xd = x.to(DEVICE).requires_grad_()
+    (xd[mask.to(DEVICE)] * 3).sum().backward()
+    xc = x.clone().requires_grad_()
+    (xc[mask] * 3).sum().backward()
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad, rtol=0, atol=0)
+
+
+# ------------------------------------------------------- one kernel, as on Trainium
+
+
+@pytest.mark.parametrize("op, call, want", [
+    ("aten::zeros", lambda: torch.zeros(2, 3, device=DEVICE), torch.zeros(2, 3)),
+    ("aten::ones", lambda: torch.ones(2, 3, device=DEVICE, dtype=torch.float64), torch.ones(2, 3, dtype=torch.float64)),
+    ("aten::full", lambda: torch.full((2, 2), 0.1, device=DEVICE, dtype=torch.float64),
+     torch.full((2, 2), 0.1, dtype=torch.float64)),
+    ("aten::scalar_tensor", lambda: torch.scalar_tensor(2.5, device=DEVICE), torch.scalar_tensor(2.5)),
+])
+def test_factory_runs_as_one_kernel(tracked, op, call, want):
+    got = call()
+    torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)  # float64 fills stay exact (data movement)
+    executed = torch_neuronx.get_executed_ops()
+    assert executed.get(op) == 1, executed
+    assert not {"aten::fill_.Scalar", "aten::zero_"} & set(executed), executed
+
+
+def test_slice_backward_is_one_kernel_for_the_audit():
+    x = torch.randn(6, 4, device=DEVICE, requires_grad=True)
+    calls = _recorded(lambda: x[1:4].sum().backward())
+    assert sum(s["calls"] for s in calls["aten::slice_backward"]) == 1
+    assert "aten::zeros" not in calls and "aten::slice_scatter" not in calls
+    torch.testing.assert_close(x.grad.cpu(), torch.zeros(6, 4).index_fill_(0, torch.tensor([1, 2, 3]), 1.0))
+
+
+def test_select_backward_is_one_kernel(tracked):
+    x = torch.randn(3, 4, device=DEVICE, requires_grad=True)
+    (x[1] * 2).sum().backward()
+    assert torch_neuronx.get_executed_ops().get("aten::select_backward") == 1
+    torch.testing.assert_close(x.grad.cpu(), torch.zeros(3, 4).index_fill_(0, torch.tensor([1]), 2.0))
+
+
+# ----------------------------------------------------------------- the command
+
+
+def _ops(capsys, *argv) -> str:
+    assert cli_main(["ops", *argv]) == 0
+    return capsys.readouterr().out
+
+
+def test_ops_command_prints_the_source(capsys):
+    out = _ops(capsys, "linalg_qr")
+    assert "TorchNeuron" in out and "cpu fallback, the same here" in out
+    assert "test_cpu_fallback_registrations.py" in out
+    record = json.loads(_ops(capsys, "linalg_qr", "--json"))["ops"][0]
+    assert record["eager"] == "cpu fallback" and record["release"]["route"] == "cpu fallback"
+    assert json.loads(_ops(capsys, "add", "--json"))["ops"][0]["release"] is None
+
+
+def test_ops_command_lists_the_differences(capsys):
+    out = _ops(capsys, "--differences")
+    differing = {record.op for record in evidence.differences()}
+    assert "linear" in differing and "linalg_qr" not in differing
+    for name in differing:
+        assert f"  {name}: TorchNeuron:" in out
+    listed = {op["op"] for op in json.loads(_ops(capsys, "--differences", "--json"))["ops"]}
+    assert listed == differing
+
+
+def test_ops_command_rejects_differences_with_a_name(capsys):
+    assert cli_main(["ops", "linear", "--differences"]) == 2
+    assert "exclude each other" in capsys.readouterr().err
+
+
+def test_the_page_lists_every_record():
+    page = op_support.render_page()
+    section = page[page.index("## What TorchNeuron does"):]
+    for record in evidence.RECORDS:
+        assert f"| `{record.op}` | {record.route} |" in section
+    assert "**differs**" in section

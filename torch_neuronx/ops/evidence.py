@@ -1,0 +1,141 @@
+"""What the release this emulator models (TorchNeuron: torch-neuronx 2.14.3 with
+Neuron 2.33/2.34) does with an ATen op on a neuron tensor, and how we know it:
+one record per decision, each with its source. The registry (registry.py) reads
+the routes from here (HOST_FALLBACK, ONE_KERNEL, MASK_INDEX), so the eager
+path, the compiler, the audit, ``torch-neuronx ops`` and
+docs/supported-operators.md follow one set; ``torch-neuronx ops --differences``
+lists where the emulator still differs, with why.
+
+Sources, in order of weight (a later public document wins over the snapshot):
+
+- AWS's published operator support (Neuron docs, "Supported PyTorch APIs and
+  operators", modified 2026-11-06): unsupported ops fall back to the CPU in
+  eager mode; per-op status lives in the torch-neuronx compatibility table,
+  which this project could not read, so no decision below rests on it alone.
+- AWS's source snapshot (public repository parmoham-aws/test-repo-parmoham,
+  2026-04-21): which ops it registers for the device (python_ops/, csrc/), which
+  it sends to the CPU on purpose, and what its tests assert about each
+  ("did not run on neuron", "runs on neuron"). Read for facts only.
+
+Routes:
+
+- HOST: the release runs the op on the host CPU (inputs copied out, results
+  copied back). Here: not in the native op set, so the CPU fallback runs it,
+  with its warning, counted by get_fallback_ops() and by the audit.
+- ONE_KERNEL: an op PyTorch implements as a composite of other ops, which the
+  release registers as one device kernel. Here: native where the record says
+  so (``emulated``), so the audit counts one kernel, not its parts.
+- HOST_STEP: the release splits the op into device work and a host read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+HOST = "cpu fallback"
+ONE_KERNEL = "one kernel"
+HOST_STEP = "device + host read"
+
+SNAPSHOT = "AWS snapshot (parmoham-aws/test-repo-parmoham, 2026-04-21)"
+DOCS = ("Neuron docs, Supported PyTorch APIs and operators (awsdocs-neuron.readthedocs-hosted.com/en/latest/"
+        "torch/reference/api/supported-operators.html, modified 2026-11-06)")
+
+_FALLBACK_TEST = f"{SNAPSHOT}: tests/python_ops/test_cpu_fallback_registrations.py asserts it does not run on the device"
+_FALLBACK_LIST = (f"{SNAPSHOT}: torch_neuronx/python_ops/cpu_fallback_registrations.py lists it among the linear algebra "
+                  "ops sent to the CPU (their results are column-major); no device kernel registers it")
+_PY_REGISTERED = f"{SNAPSHOT}: registered for PrivateUse1 in torch_neuronx/python_ops/"
+
+
+@dataclasses.dataclass(frozen=True)
+class Evidence:
+    op: str          # the registry's base name
+    route: str       # HOST, ONE_KERNEL or HOST_STEP
+    source: str      # where the fact comes from
+    emulated: bool   # whether this emulator routes the op the same way
+    note: str = ""   # what the emulator does instead, when it differs, and why
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _host(op: str, *sources: str) -> Evidence:
+    return Evidence(op, HOST, "; ".join(sources), emulated=True)
+
+
+def _one_kernel(op: str, where: str, emulated: bool, note: str = "") -> Evidence:
+    return Evidence(op, ONE_KERNEL, f"{_PY_REGISTERED}{where}", emulated, note)
+
+
+_DECOMPOSED = "here PyTorch's composite runs it as several device kernels (the audit counts each)"
+
+RECORDS: tuple[Evidence, ...] = (
+    # ----------------------------------------------------- run on the host by the release
+    _host("linalg_qr", _FALLBACK_TEST, _FALLBACK_LIST),
+    _host("_linalg_svd", _FALLBACK_TEST, _FALLBACK_LIST),
+    _host("_linalg_eigh", _FALLBACK_TEST, _FALLBACK_LIST),
+    _host("linalg_cholesky_ex", _FALLBACK_TEST, _FALLBACK_LIST),
+    _host("linalg_inv_ex", _FALLBACK_TEST, _FALLBACK_LIST),
+    _host("linalg_lu_factor_ex", _FALLBACK_TEST, _FALLBACK_LIST),
+    _host("_linalg_det", _FALLBACK_TEST, _FALLBACK_LIST),
+    _host("_linalg_slogdet", _FALLBACK_TEST, _FALLBACK_LIST),
+    _host("linalg_ldl_factor_ex", _FALLBACK_LIST),
+    _host("cholesky_inverse", _FALLBACK_LIST),
+    _host("triangular_solve", _FALLBACK_LIST),
+    # ----------------------------------------------------- device work plus a host read
+    Evidence("index", HOST_STEP,
+             f"{SNAPSHOT}: torch_neuronx/python_ops/torch_mlir/ops/indexing.py turns boolean indices into "
+             "nonzero on the device before its index kernel; tests/python_ops/test_index.py asserts that an "
+             "all-false mask runs nonzero on the device", emulated=True,
+             note="boolean masks only (csrc/MaskIndex.cpp); integer indices take one index kernel"),
+    # ----------------------------------------------------- one device kernel in the release
+    _one_kernel("linear", "torch_mlir/ops/linear_algebra.py (aten::linear, linear.out)", False,
+                "a CompositeImplicitAutograd op: here t + addmm (or matmul); one kernel needs an autograd "
+                "registration with a linear_backward kernel, not done yet"),
+    _one_kernel("full", "torch_mlir/ops/creation.py (aten::full, full.out)", True),
+    _one_kernel("zeros", "torch_mlir/ops/creation.py (aten::zeros, zeros.out)", True),
+    _one_kernel("ones", "torch_mlir/ops/creation.py (aten::ones, ones.out)", True),
+    _one_kernel("scalar_tensor", "torch_mlir/ops/creation.py (aten::scalar_tensor)", True),
+    Evidence("new_empty", ONE_KERNEL, f"{SNAPSHOT}: torch_neuronx/csrc/core/NeuronBindings.cpp registers it "
+             "for PrivateUse1 (an allocation)", emulated=False,
+             note="here PyTorch's composite calls empty on the device: one allocation either way, "
+                  "which the audit does not count as a kernel"),
+    _one_kernel("isfinite", "torch_mlir/ops/comparison.py (aten::isfinite)", False,
+                "a CompositeImplicitAutograd op; " + _DECOMPOSED),
+    _one_kernel("one_hot", "torch_mlir/ops/embedding.py (aten::one_hot)", False,
+                "a CompositeImplicitAutograd op whose composite reads the maximum on the host; " + _DECOMPOSED),
+    Evidence("arange", ONE_KERNEL, f"{_PY_REGISTERED}torch_mlir/ops/creation.py (arange, arange.start_out)",
+             emulated=True, note="native here too: every overload is one kernel"),
+    _one_kernel("_fused_rms_norm", "torch_mlir/ops/normalization.py", False,
+                "a CompositeImplicitAutograd op; " + _DECOMPOSED),
+    _one_kernel("_fused_rms_norm_backward", "torch_mlir/ops/normalization.py", False,
+                "reached only through _fused_rms_norm's own autograd, which runs as its parts here"),
+    _one_kernel("silu_backward", "torch_mlir/ops/activation.py (aten::silu_backward)", False,
+                "the functional overload is a CompositeImplicitAutograd op here (its grad_input= form is "
+                "native); " + _DECOMPOSED),
+    _one_kernel("index_select_backward", "torch_mlir/ops/indexing.py", False,
+                "a CompositeImplicitAutograd op; " + _DECOMPOSED),
+    _one_kernel("slice_backward", "torch_mlir/ops/indexing.py", True),
+    Evidence("select_backward", ONE_KERNEL, f"{SNAPSHOT}: torch_neuronx/csrc/core/NeuronBindings.cpp registers it "
+             "for PrivateUse1", emulated=True),
+    _one_kernel("value_selecting_reduction_backward", "torch_mlir/ops/reduction.py", False,
+                "a CompositeImplicitAutograd op; " + _DECOMPOSED),
+    Evidence("embedding_dense_backward", ONE_KERNEL, f"{_PY_REGISTERED}torch_mlir/ops/misc.py",
+             emulated=True, note="native here too"),
+    Evidence("addmv", ONE_KERNEL, f"{_PY_REGISTERED}torch_mlir/ops/linear_algebra.py (addmv, addmv_, addmv.out)",
+             emulated=True, note="native here too"),
+    Evidence("_to_copy", ONE_KERNEL, f"{_PY_REGISTERED}to_copy.py (aten::_to_copy)", emulated=False,
+             note="here PyTorch's composite allocates and copies (empty_strided + copy_); both are the "
+                  "device's copy machinery, which the audit counts as copies, not kernels"),
+)
+
+BY_OP: dict[str, Evidence] = {record.op: record for record in RECORDS}
+
+
+def ops_routed(route: str) -> frozenset[str]:
+    """The ops the release routes `route`, by base name."""
+    return frozenset(record.op for record in RECORDS if record.route == route)
+
+
+def differences() -> list[Evidence]:
+    """The records this emulator does not follow yet."""
+    return [record for record in RECORDS if not record.emulated]

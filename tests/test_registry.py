@@ -201,6 +201,19 @@ def test_fast_path_overloads_are_served_by_fastops_not_the_alias_kernel():
         assert "FastOps.cpp" in torch._C._dispatch_dump("aten::" + name), name
 
 
+def test_mask_index_overload_is_served_by_maskindex_cpp_not_the_alias_kernel():
+    """index.Tensor: csrc/MaskIndex.cpp's kernel, which hands the alias kernel the gather."""
+    alias = {name for name, _flags in ops.native_overloads()}
+    assert not alias & registry.MASK_INDEX_OVERLOADS
+    for name in registry.MASK_INDEX_OVERLOADS:
+        assert registry.base_name(name) in registry.DATA_MOVEMENT, name
+        assert "MaskIndex.cpp" in torch._C._dispatch_dump("aten::" + name), name
+
+
+def test_ops_the_release_runs_on_the_host_are_not_native():
+    assert registry.HOST_FALLBACK and not registry.HOST_FALLBACK & registry.NATIVE_OPS
+
+
 def test_python_kernels_are_those_of_the_ops_modules():
     from torch_neuronx.ops import float8, histogram, rnn, topk
 

@@ -340,7 +340,7 @@ def documented_ops() -> list[OpSupport]:
     """The page's ops: every op of the native set, and every ATen op with a lowering."""
     from torch_neuronx.lowering import lowered_op_names
 
-    names = (set(NATIVE_OPS) | lowered_op_names() | set(evidence.BY_OP)) & set(aten_overloads())
+    names = (set(NATIVE_OPS) | lowered_op_names()) & set(aten_overloads())
     return [op_support(base) for base in sorted(names)]
 
 

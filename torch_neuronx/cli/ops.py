@@ -33,9 +33,11 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from torch_neuronx import op_support as support
 
-    if sum((bool(args.names), args.all, args.differences)) > 1:  # a usage error: argparse's format and exit code
+    given = [name for name, on in (("NAME", args.names), ("--all", args.all), ("--differences", args.differences))
+             if on]
+    if len(given) > 1:  # a usage error: argparse's format and exit code
         args.ops_parser.print_usage(sys.stderr)
-        print(f"{args.ops_parser.prog}: error: NAME, --all and --differences exclude each other", file=sys.stderr)
+        print(f"{args.ops_parser.prog}: error: {' and '.join(given)} exclude each other", file=sys.stderr)
         return 2
     if args.differences:
         ops = support.differences()

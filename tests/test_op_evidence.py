@@ -264,5 +264,5 @@ def test_the_page_lists_every_record():
     page = op_support.render_page()
     section = page[page.index("## What TorchNeuron does"):]
     for record in evidence.RECORDS:
-        assert f"| `{record.op}` | {record.route} |" in section
+        assert f"| aten::{record.op} | {record.route} |" in section
     assert "**differs**" in section

@@ -464,7 +464,7 @@ def _release_section() -> list[str]:
     ]
     for record in evidence.RECORDS:
         here = "same" + (f" ({record.note})" if record.note else "") if record.emulated else f"**differs**: {record.note}"
-        lines.append(f"| `{record.op}` | {record.route} | {here} | {record.source} |")
+        lines.append(f"| aten::{record.op} | {record.route} | {here} | {record.source} |")
     return lines
 
 

@@ -15,7 +15,11 @@ from setuptools.command.build_py import build_py
 # Building must not import the (possibly stale or half-built) backend itself.
 os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 
+import torch
 from torch.utils.cpp_extension import BuildExtension, CppExtension, include_paths
+
+TORCH_VERSION_FILE = "_C.torch_version"  # torch_neuronx/_torch_version.py reads it
+TORCH_RELEASE = ".".join(torch.__version__.split("+")[0].split(".")[:2])
 
 # Compile the core's sources in parallel (one job per file).
 os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 2))
@@ -32,8 +36,35 @@ class PersistentBuildExt(BuildExtension.with_options(use_ninja=True)):
 
     def finalize_options(self):
         super().finalize_options()
-        tag = f"{sysconfig.get_platform()}-{sys.implementation.cache_tag}"
+        # One directory per PyTorch release: switching between the supported releases
+        # (TORCH_VERSION=... scripts/setup.sh) relinks instead of recompiling everything.
+        tag = f"{sysconfig.get_platform()}-{sys.implementation.cache_tag}-torch{TORCH_RELEASE}"
         self.build_temp = os.path.join(ROOT, "build", f"temp.{tag}")
+
+    def build_extensions(self):
+        super().build_extensions()
+        # Which PyTorch the core links against, next to the library: import checks it
+        # before loading the core (torch_neuronx/_torch_version.py), so a PyTorch upgraded
+        # after the build gives a message instead of an undefined symbol.
+        with open(self._torch_version_file(), "w") as f:
+            f.write(torch.__version__ + "\n")
+
+    def _torch_version_file(self, source_tree: bool = False) -> str:
+        folder = ROOT if source_tree else self.build_lib
+        return os.path.join(folder, "torch_neuronx", TORCH_VERSION_FILE)
+
+    def copy_extensions_to_source(self):  # --inplace and editable installs: beside the library
+        super().copy_extensions_to_source()
+        self.copy_file(self._torch_version_file(), self._torch_version_file(source_tree=True))
+
+    def get_output_mapping(self):
+        mapping = super().get_output_mapping()
+        if self.inplace:
+            mapping[self._torch_version_file()] = self._torch_version_file(source_tree=True)
+        return mapping
+
+    def get_outputs(self):
+        return [*super().get_outputs(), self._torch_version_file()]
 
 
 # The startup hook that lets kernels `import nki` / `import neuronxcc.nki` (torch_neuronx/_nki_aliases.py).

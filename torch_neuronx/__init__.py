@@ -24,19 +24,32 @@ def _autoload() -> None:
     Defined before ``import torch``: when this package is imported first,
     importing torch autoloads it again while it is half initialized, and this
     name must already exist then."""
+    # Refused with a warning (torch_neuronx/_torch_version.py). Not yet decided when this
+    # package is being imported first (the name is defined only after `import torch`).
+    if globals().get("_TORCH_SUPPORTED") is False:
+        _torch_version.forget_package()
 
 
 import torch  # noqa: E402
 
-from torch_neuronx import _startup  # noqa: E402
+from torch_neuronx import _torch_version  # noqa: E402
 
 __version__ = "0.1.0"
 
-_startup.run()
+# Before anything loads the C++ core: outside the supported PyTorch releases, an
+# ImportError naming both versions (a warning when `import torch` autoloads us).
+_TORCH_SUPPORTED = _torch_version.check(torch)
 
-# The public face (see the rule in the docstring). Imported after run(): importing
-# torch_neuronx.neuron reads the instance profile, whose errors run() reports.
-from torch_neuronx import neuron as _neuron  # noqa: E402
+if _TORCH_SUPPORTED:
+    from torch_neuronx import _startup
+
+    _startup.run()
+
+    # The public face (see the rule in the docstring). Imported after run(): importing
+    # torch_neuronx.neuron reads the instance profile, whose errors run() reports.
+    from torch_neuronx import neuron as _neuron
+    from torch_neuronx.custom_op import nki_op, wrap_nki  # torch_neuronx.nki itself loads on first import
+    from torch_neuronx.ops import clear_op_tracking, get_executed_ops, get_fallback_ops
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ below serves these names
     from torch_neuronx.neuron import *  # noqa: F401, F403
@@ -53,10 +66,6 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *_neuron.__all__})
-
-
-from torch_neuronx.ops import clear_op_tracking, get_executed_ops, get_fallback_ops  # noqa: E402
-from torch_neuronx.custom_op import nki_op, wrap_nki  # noqa: E402  (torch_neuronx.nki itself loads on first import)
 
 
 def get_dynamo_metrics() -> dict:
@@ -76,4 +85,5 @@ OWN_NAMES = (
     "clear_op_tracking", "get_dynamo_metrics", "get_executed_ops", "get_fallback_ops", "nki_op",
     "reset_dynamo_metrics", "wrap_nki",
 )
-__all__ = sorted({*_neuron.__all__, *OWN_NAMES})
+if _TORCH_SUPPORTED:
+    __all__ = sorted({*_neuron.__all__, *OWN_NAMES})

@@ -116,7 +116,7 @@ def _state_digest(aot_config, digest) -> None:
     digest.update(functorch_config.save_config())
 
 
-def key(gm: torch.fx.GraphModule, args, aot_config) -> str | None:
+def key(gm: torch.fx.GraphModule, args, aot_config, act_input_paths=()) -> str | None:
     """The entry name of a Dynamo graph's AOTAutograd result, or None when the
     graph cannot be cached (an unknown Python function in it, a tensor subclass
     input, ...): then AOTAutograd runs as usual."""
@@ -128,11 +128,14 @@ def key(gm: torch.fx.GraphModule, args, aot_config) -> str | None:
         _log.debug("AOTAutograd result not cached: %s", why)
         return None
     _state_digest(aot_config, digest)
+    digest.update(repr(tuple(act_input_paths)).encode())
     return cache.graph_key([digest.digest()])
 
 
-def _try_load(mod, args, aot_config, compiler_config_extra, local, remote, compile_region_name=None):
-    """AOTAutogradCache.try_load while one of this backend's compiles runs."""
+def _try_load(mod, args, aot_config, compiler_config_extra, local, remote, act_input_paths=(),
+              compile_region_name=None):
+    """AOTAutogradCache.try_load while one of this backend's compiles runs. PyTorch 2.14 passes
+    ``act_input_paths`` (part of its own key, so of ours); 2.13 has no such argument."""
     from torch._functorch._aot_autograd.autograd_cache import create_fx_config
     from torch._functorch._aot_autograd.schemas import AOTAutogradCacheInfo
     from torch._subclasses.fake_tensor import unset_fake_temporarily
@@ -140,7 +143,7 @@ def _try_load(mod, args, aot_config, compiler_config_extra, local, remote, compi
     from torch._dynamo.utils import GmWrapper
 
     gm = mod.gm if isinstance(mod, GmWrapper) else mod  # Dynamo wraps graphs with list inputs
-    entry_key = key(gm, args, aot_config)
+    entry_key = key(gm, args, aot_config, act_input_paths)
     if entry_key is None:
         return None, aot_config
     payload = cache.load_bytes(entry_key, _SUFFIX)

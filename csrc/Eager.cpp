@@ -728,24 +728,19 @@ at::Tensor adoptExternal(const at::Tensor& cpu, c10::DeviceIndex device) {
 
 // ------------------------------------------------------------ registration
 
+void recordOpFlags(const std::vector<std::pair<std::string, int>>& ops) {
+  std::lock_guard<std::mutex> lock(g_flags_mutex);
+  for (const auto& [name, flags] : ops) {
+    opFlags()["aten::" + name] = flags;
+  }
+}
+
 void registerNativeOps(const std::vector<std::pair<std::string, int>>& ops) {
+  recordOpFlags(ops);
   // Leaked: destroying a torch::Library at interpreter exit aborts.
   auto* library = new torch::Library(
       torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   for (const auto& [name, flags] : ops) {
-    {
-      std::lock_guard<std::mutex> lock(g_flags_mutex);
-      opFlags()["aten::" + name] = flags;
-    }
-    // An overload served by a kernel of its own in front of this one
-    // (csrc/MaskIndex.cpp; the registry lists them) keeps that kernel, which
-    // reaches this one through runNative: only its flags are recorded.
-    const auto dot = name.find('.');
-    const auto op = c10::Dispatcher::singleton().findOp(c10::OperatorName(
-        "aten::" + name.substr(0, dot), dot == std::string::npos ? "" : name.substr(dot + 1)));
-    if (op && op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
-      continue;
-    }
     library->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&nativeKernel>());
   }
 }

@@ -73,6 +73,9 @@ at::Tensor adoptExternal(const at::Tensor& cpu, c10::DeviceIndex device);
 
 // Registers the alias kernel for each (name.overload, flags).
 void registerNativeOps(const std::vector<std::pair<std::string, int>>& ops);
+// Flags of overloads that a kernel of their own serves in front of the alias kernel
+// (csrc/MaskIndex.cpp: registry.MASK_INDEX_OVERLOADS), which reaches it through runNative.
+void recordOpFlags(const std::vector<std::pair<std::string, int>>& ops);
 
 // Runs a native op through the generic alias path (boxed).
 void runNative(const c10::OperatorHandle& op, torch::jit::Stack* stack);

@@ -358,6 +358,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_get_fp64_mode", [] { return static_cast<int>(tn::fp64Mode()); });
 
   m.def("_register_native_ops", &tn::registerNativeOps);
+  m.def("_record_op_flags", &tn::recordOpFlags);
   m.def("_executed_ops", &tn::executedOps);
   m.def("_fallback_ops", &tn::fallbackOps);
   m.def("_clear_op_tracking", &tn::clearOpTracking);

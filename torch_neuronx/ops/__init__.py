@@ -84,8 +84,8 @@ def native_overloads() -> list[tuple[str, int]]:
 
 def fronted_overloads() -> list[tuple[str, int]]:
     """(name.overload, flags) of the overloads csrc/MaskIndex.cpp serves in front of
-    the alias kernel, which runs them after it: registration records their flags
-    and keeps MaskIndex.cpp's kernel (csrc/Eager.cpp, registerNativeOps)."""
+    the alias kernel, which runs them after it: registration records only their flags
+    (csrc/Eager.cpp, recordOpFlags), MaskIndex.cpp's kernel stays."""
     return [(name, _flags(base_name(name))) for name in sorted(MASK_INDEX_OVERLOADS)]
 
 
@@ -125,7 +125,8 @@ def _register_python_kernels(kernels: dict, key: str = "PrivateUse1") -> None:
 def register() -> None:
     from torch_neuronx.ops import float8, histogram, rnn, sparse, topk
 
-    _C._register_native_ops(native_overloads() + fronted_overloads())
+    _C._register_native_ops(native_overloads())
+    _C._record_op_flags(fronted_overloads())
     if not _python_kernels:
         _register_python_kernels(rnn.KERNELS)
         _register_python_kernels(histogram.KERNELS)

@@ -148,11 +148,15 @@ CPP_KERNELS = frozenset({
     "view_as_real", "view_as_complex", "convolution_overrideable",
     "convolution_backward_overrideable", "native_dropout", "_has_compatible_shallow_copy_type",
 })
-# Python: the KERNELS of torch_neuronx/ops/rnn.py, histogram.py, topk.py and float8.py.
+# Python: the KERNELS of torch_neuronx/ops/rnn.py, histogram.py, topk.py, float8.py,
+# sync_batch_norm.py and linear.py. Those of the last two are CUDA-only ops (no CPU kernel
+# for the alias path) and compile through their decompositions (compiler/aot.py).
 PYTHON_KERNELS = frozenset({
     "histc", "topk", "_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl",
     "_thnn_fused_gru_cell", "_thnn_fused_gru_cell_backward", "_scaled_mm", "_scaled_grouped_mm",
     "_scaled_mm_v2", "_scaled_grouped_mm_v2",
+    "batch_norm_stats", "batch_norm_elemt", "batch_norm_backward_reduce", "batch_norm_backward_elemt",
+    "batch_norm_gather_stats_with_counts", "linear_backward",
 })
 DIRECT_KERNELS = CPP_KERNELS | PYTHON_KERNELS
 

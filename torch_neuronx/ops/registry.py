@@ -101,7 +101,7 @@ COMPUTE = """
     _foreach_lgamma _foreach_log _foreach_log10 _foreach_log1p _foreach_log2 _foreach_reciprocal
     _foreach_round _foreach_rsqrt _foreach_sigmoid _foreach_sin _foreach_sinh _foreach_tan
     _foreach_tanh _foreach_trunc _foreach_clamp_max _foreach_clamp_min _foreach_minimum
-    _foreach_max
+    _foreach_max _ctc_loss _ctc_loss_backward
 """.split()
 
 # Ops whose call makes the host read device values before it can go on: the output's
@@ -129,7 +129,6 @@ DATA_DEPENDENT_SHAPE = DATA_DEPENDENT | {
 #   _linalg_det, _linalg_slogdet: the LU factors they return (read by their backward formulas) are
 #       those of A or of A^T depending on A's strides at trace time; a lowering sees values only,
 #       so compiled gradients could be silently wrong. Eager det/slogdet work through the fallback.
-#   _ctc_loss, _ctc_loss_backward: not lowered (a scan over time steps); the fallback works.
 #   _make_per_tensor_quantized_tensor: quantized tensors cannot live on the device (empty_strided
 #       has no quantized support); it failed as a native op too, and fails the same way now.
 

@@ -1,15 +1,16 @@
-"""Lowerings of the CTC loss (aten::_ctc_loss and its backward): the forward
-(alpha) and backward (beta) recursions of Graves et al. (2006) as lax.scan
-over time steps, every batch element and every position of the extended
-target (blank, l1, blank, l2, ..., blank) at once.
+"""Lowering of the CTC loss's backward (aten::_ctc_loss_backward): the backward
+(beta) recursion of Graves et al. (2006) as a lax.scan over time steps, every
+batch element and every position of the extended target (blank, l1, blank,
+l2, ..., blank) at once, and the gradient from log_alpha and log_beta.
 
-Semantics are those of PyTorch's CPU kernel (aten/src/ATen/native/LossCTC.cpp),
-with one difference where that kernel leaves memory unset: log_alpha is -inf
-past each sequence's input length and extended-target length (the CPU kernel
-leaves those entries uninitialized; no result reads them). Lengths given as
-tensors would leave log_alpha's width, 2 * max(target_lengths) + 1, unknown
-until run, so lengths must be known when tracing: only the int[] overloads are lowered (the .Tensor ones, whose
-shapes depend on the lengths' values, stop Dynamo's graph and run eagerly).
+Semantics are those of PyTorch's CPU kernel (aten/src/ATen/native/LossCTC.cpp).
+The forward, aten::_ctc_loss, is not lowered: its log_alpha is [batch, time,
+2 * max(target_lengths) + 1], a shape that depends on the lengths' values
+(PyTorch tags it dynamic_output_shape), so Dynamo breaks the graph before it
+and it runs natively in eager (ops/registry.py, DATA_DEPENDENT). That
+log_alpha holds unset memory past each sequence's input and extended-target
+lengths: the backward reads only the entries a path reaches. Lengths must be
+known when tracing (the int[] overload; the .Tensor one would need values).
 """
 
 from __future__ import annotations
@@ -57,12 +58,6 @@ def _log_add3(a, b, c):
     return jnp.log(jnp.exp(a - top) + jnp.exp(b - top) + jnp.exp(c - top)) + top
 
 
-def _shift(x, by):
-    """x[..., s - by] at position s (-inf where s < by)."""
-    return jnp.pad(x[:, :-by], ((0, 0), (by, 0)), constant_values=-jnp.inf) if x.shape[1] > by \
-        else jnp.full_like(x, -jnp.inf)
-
-
 def _unshift(x, by):
     """x[..., s + by] at position s (-inf past the end)."""
     return jnp.pad(x[:, by:], ((0, 0), (0, by)), constant_values=-jnp.inf) if x.shape[1] > by \
@@ -78,41 +73,6 @@ def _setup(log_probs, targets, input_lengths, target_lengths, blank):
     positions = jnp.arange(labels.shape[1])
     valid = positions[None, :] <= 2 * _lengths(target_lengths)[:, None]  # [B, 2S+1]
     return labels, skip, emissions, valid, _lengths(input_lengths), _lengths(target_lengths)
-
-
-def _alphas(emissions, skip, valid, input_lengths, target_lengths):
-    """log_alpha [T, B, 2S+1]; -inf where no path is counted."""
-    neginf = jnp.array(-jnp.inf, emissions.dtype)
-    positions = jnp.arange(emissions.shape[2])
-    first = (positions[None, :] == 0) | ((positions[None, :] == 1) & (target_lengths[:, None] > 0))
-    alpha0 = jnp.where(first, emissions[0], neginf)
-
-    def step(alpha, inputs):
-        t, emission = inputs
-        new = _log_add3(alpha, _shift(alpha, 1), jnp.where(skip, _shift(alpha, 2), neginf)) + emission
-        new = jnp.where(valid & (t < input_lengths)[:, None], new, neginf)
-        return new, new
-
-    times = jnp.arange(1, emissions.shape[0])
-    _, rest = jax.lax.scan(step, alpha0, (times, emissions[1:]))
-    return jnp.concatenate([alpha0[None], rest], axis=0)
-
-
-def _at_end(values, input_lengths, target_lengths, offset):
-    """values[input_length - 1, b, 2 * target_length - offset] per batch element (-inf when out of range)."""
-    batch = jnp.arange(values.shape[1])
-    position = 2 * target_lengths - offset
-    picked = values[jnp.maximum(input_lengths - 1, 0), batch, jnp.maximum(position, 0)]
-    return jnp.where((position >= 0) & (input_lengths > 0), picked, -jnp.inf)
-
-
-@lowering(aten._ctc_loss.default)
-def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
-    _, skip, emissions, valid, inputs, lengths = _setup(log_probs, targets, input_lengths, target_lengths, blank)
-    alphas = _alphas(emissions, skip, valid, inputs, lengths)
-    last, before = _at_end(alphas, inputs, lengths, 0), _at_end(alphas, inputs, lengths, 1)
-    nll = -jnp.logaddexp(last, before)
-    return nll.astype(log_probs.dtype), jnp.swapaxes(alphas, 0, 1).astype(log_probs.dtype)
 
 
 def _betas(emissions, skip, valid, input_lengths, target_lengths):

@@ -112,6 +112,7 @@ DATA_DEPENDENT = frozenset({
     "nonzero", "masked_select", "_unique2", "unique_dim", "unique_consecutive", "bincount",
     "repeat_interleave",  # with a tensor of repeats; repeat_interleave(x, int) decomposes and compiles
     "linalg_lstsq",  # residuals are empty unless every matrix has full rank
+    "_ctc_loss",  # log_alpha is [batch, time, 2 * max(target_lengths) + 1] (tagged dynamic_output_shape)
     # the result is a Python value that steers Python control flow
     "equal",  # bool
 })

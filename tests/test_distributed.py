@@ -978,7 +978,57 @@ def _scenario_compiled(rank: int, world: int) -> dict:
     return out
 
 
+def _bn_model(norm) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), norm(4), torch.nn.ReLU(),
+                               torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 2))
+
+
+def _bn_data() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(11)
+    return torch.randn(TRAIN_STEPS, 8, 3, 6, 6, generator=g), torch.randn(TRAIN_STEPS, 8, 2, generator=g)
+
+
+def _bn_steps(model, rank: int, world: int, device) -> list[float]:
+    """TRAIN_STEPS of SGD on this rank's shard of each batch; every rank's own loss."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    X, Y = _bn_data()
+    losses = []
+    for step in range(TRAIN_STEPS):
+        loss = torch.nn.functional.mse_loss(model(_shard(X[step], rank, world).to(device)),
+                                            _shard(Y[step], rank, world).to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def _scenario_sync_batch_norm(rank: int, world: int) -> dict:
+    """nn.SyncBatchNorm under DDP: its statistics exchange runs batch_norm_stats,
+    batch_norm_gather_stats_with_counts, batch_norm_elemt and, backward,
+    batch_norm_backward_reduce / batch_norm_backward_elemt, all on the device."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import torch_neuronx
+
+    dist.init_process_group("neuron", timeout=datetime.timedelta(seconds=60))
+    device = torch.device("neuron", torch.neuron.current_device())
+    torch_neuronx.clear_op_tracking()
+    model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(_bn_model(torch.nn.BatchNorm2d)).to(device)
+    ddp = DDP(model, device_ids=[device.index])
+    out = {"losses": _bn_steps(ddp, rank, world, device),
+           "params": [p.detach().cpu() for p in model.parameters()],
+           "running": [model[1].running_mean.cpu(), model[1].running_var.cpu()],
+           "fallback": torch_neuronx.get_fallback_ops(), "executed": torch_neuronx.get_executed_ops()}
+    dist.barrier()
+    dist.destroy_process_group()
+    return out
+
+
 SCENARIOS = {
+    "sync_batch_norm": _scenario_sync_batch_norm,
     "compiled": _scenario_compiled,
     "collectives": _scenario_collectives,
     "training": _scenario_training,
@@ -1117,6 +1167,37 @@ def test_data_parallel_training_matches_single_process(training, kind):
         assert training[0]["ddp_grad_devices"] == ["neuron:0"]
     else:
         assert training[0]["fsdp_local_shapes"][0] == (8, 8)  # Linear(8, 16).weight, dim 0 halved
+
+
+def test_sync_batch_norm_trains_like_batch_norm_on_the_whole_batch(tmp_path):
+    """Two ranks of SyncBatchNorm under DDP, each on half the batch, match one CPU process
+    running BatchNorm2d on the whole batch: losses, parameters and running statistics."""
+    run = _launch("sync_batch_norm", tmp_path)
+    assert not run["timed_out"] and run["codes"] == [0] * WORLD, _tail(run)
+    model = _bn_model(torch.nn.BatchNorm2d)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    X, Y = _bn_data()
+    shard_losses = []
+    for step in range(TRAIN_STEPS):
+        # DDP averages the ranks' gradients: the mean of the shard losses is the whole-batch loss
+        per_rank = [torch.nn.functional.mse_loss(out, y) for out, y in
+                    zip(model(X[step]).chunk(WORLD), Y[step].chunk(WORLD))]
+        shard_losses.append([loss.item() for loss in per_rank])
+        optimizer.zero_grad()
+        (sum(per_rank) / WORLD).backward()
+        optimizer.step()
+    for rank, result in enumerate(run["results"]):
+        assert result["fallback"] == {}
+        for op in ("batch_norm_stats", "batch_norm_gather_stats_with_counts", "batch_norm_elemt",
+                   "batch_norm_backward_reduce", "batch_norm_backward_elemt"):
+            assert result["executed"].get(f"aten::{op}") == TRAIN_STEPS, op
+        torch.testing.assert_close(torch.tensor(result["losses"]),
+                                   torch.tensor([losses[rank] for losses in shard_losses]), rtol=0, atol=1e-5)
+        for got, want in zip(result["params"], model.parameters(), strict=True):
+            torch.testing.assert_close(got, want.detach(), rtol=0, atol=1e-5)
+        torch.testing.assert_close(result["running"], [model[1].running_mean, model[1].running_var],
+                                   rtol=0, atol=1e-5)
+    assert shard_losses[-1][0] != shard_losses[0][0]
 
 
 @pytest.mark.parametrize("hook, atol", [("allreduce_hook", 1e-5), ("fp16_compress_hook", 2e-3)])

@@ -85,6 +85,22 @@ SIGN_AMBIGUOUS_OPS = {"_linalg_eigh": (1, None), "_linalg_svd": (0, 2)}
 UNINITIALIZED_OPS = {"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided"}
 
 
+def _ctc_backward_tolerance(call):
+    """(rtol, atol) of _ctc_loss_backward: its gradient is grad * (exp(lp) - exp(log_alpha + log_beta
+    + nll - lp)), an exponential of log-probabilities the size of the loss, each accumulated over T
+    time steps. Each implementation's exponent is off by up to T * eps * |nll| (Higham's bound for a
+    chain of T roundings of numbers that size), which scales a term of size at most |grad|."""
+    grad, log_probs, neg_log_likelihood = call.args[0], call.args[1], call.args[5]
+    finite = neg_log_likelihood[torch.isfinite(neg_log_likelihood)].abs()
+    size = finite.max().item() if finite.numel() else 0.0
+    steps = log_probs.shape[0]
+    return TIGHT[0], max(TIGHT[1], 2 * steps * torch.finfo(log_probs.dtype).eps * size * grad.abs().max().item())
+
+
+# Ops whose rounding error is not that of a sum of products: op -> (rtol, atol) for a call.
+OWN_TOLERANCES = {"_ctc_loss_backward": _ctc_backward_tolerance}
+
+
 def _sub_jaxprs(eqn):
     for value in eqn.params.values():
         for item in value if isinstance(value, (tuple, list)) else (value,):
@@ -473,7 +489,7 @@ def compare(call: Call, got):
             continue
         if call.name in TIE_INDEX_OPS and want.dtype == torch.int64 and i > 0 and _tie_consistent(call, i, have, want):
             continue
-        rtol, atol = _tolerance(length, want)
+        rtol, atol = OWN_TOLERANCES[call.name](call) if call.name in OWN_TOLERANCES else _tolerance(length, want)
         torch.testing.assert_close(have, want, rtol=rtol, atol=atol, equal_nan=True,
                                    msg=lambda m: f"{where} output {i}: {m}")
 
@@ -899,7 +915,7 @@ def _direct_cases():
     ]
     for overload, sample in _foreach_cases():
         cases.append(_direct(overload, *sample[0], **sample[1]))
-    return cases + _linalg_cases() + _optimizer_cases() + _misc_cases()
+    return cases + _linalg_cases() + _optimizer_cases() + _misc_cases() + _ctc_cases()
 
 
 def _spd(n, batch=(), seed=0):
@@ -1013,6 +1029,28 @@ def _misc_cases():
         _direct(aten.multilabel_margin_loss_forward.default, x[0], torch.tensor([2, 2, 1, 3]), 0),
         *_embedding_bag_cases(),
     ]
+
+
+def _ctc_cases():
+    """The CTC loss's backward (the int[] overload, the lowered one; the forward is data-dependent)
+    on the CPU forward's results, whose log_alpha is unset memory where no path reaches: padded
+    (2-D) and concatenated (1-D) targets, an empty target, repeated labels (a blank must separate them), a blank other than
+    0, an impossible alignment (infinite loss) with and without zero_infinity."""
+    log_probs = _t(7, 4, 5).log_softmax(2)
+    padded = torch.tensor([[1, 2, 2], [3, 0, 0], [0, 0, 0], [4, 4, 4]])
+    steps, lengths = [7, 4, 3, 4], [3, 1, 0, 3]  # the last: 3 repeated labels need 5 steps
+    flat = torch.cat([padded[b, :n] for b, n in enumerate(lengths)])
+    grad = _t(4, seed=3).abs()
+    cases = []
+    for targets in (padded, flat):
+        nll, log_alpha = aten._ctc_loss.default(log_probs, targets, steps, lengths, 0, False)
+        cases += [_direct(aten._ctc_loss_backward.default, grad, log_probs, targets, steps, lengths, nll,
+                          log_alpha, 0, zero_infinity) for zero_infinity in (False, True)]
+    shifted = torch.tensor([[1, 2, 0], [3, 0, 1], [0, 1, 1], [2, 2, 0]])  # blank = 4
+    nll, log_alpha = aten._ctc_loss.default(log_probs, shifted, [7, 5, 6, 7], [3, 2, 3, 2], 4, False)
+    cases.append(_direct(aten._ctc_loss_backward.default, grad, log_probs, shifted, [7, 5, 6, 7], [3, 2, 3, 2],
+                         nll, log_alpha, 4, False))
+    return cases
 
 
 def _embedding_bag_cases():

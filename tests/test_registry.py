@@ -215,9 +215,10 @@ def test_ops_the_release_runs_on_the_host_are_not_native():
 
 
 def test_python_kernels_are_those_of_the_ops_modules():
-    from torch_neuronx.ops import float8, histogram, rnn, topk
+    from torch_neuronx.ops import float8, histogram, linear, rnn, sync_batch_norm, topk
 
-    kernels = set(rnn.KERNELS) | set(histogram.KERNELS) | set(topk.KERNELS) | set(float8.KERNELS)
+    kernels = set(rnn.KERNELS) | set(histogram.KERNELS) | set(topk.KERNELS) | set(float8.KERNELS) \
+        | set(sync_batch_norm.KERNELS) | set(linear.KERNELS)
     assert {registry.base_name(n) for n in kernels} == registry.PYTHON_KERNELS
     assert not registry.CPP_KERNELS & registry.PYTHON_KERNELS
 

@@ -386,6 +386,8 @@ DATA_DEPENDENT_FUNCTIONS = {
     "repeat_interleave": lambda x: x.flatten().repeat_interleave((x.flatten() > 0).long() + 1) - 1,
     "linalg_lstsq": lambda x: torch.linalg.lstsq(x, x.sum(1, keepdim=True) + 1).solution * 2,
     "equal": lambda x: x + 1 if torch.equal(x, x.clone()) else x - 1,
+    "_ctc_loss": lambda x: F.ctc_loss(x.log_softmax(1)[:, None], torch.tensor([[1, 2]], device=x.device),
+                                      [4], [2]) * 2,
     "_fused_sdp_choice": lambda x: F.scaled_dot_product_attention(x[None, None], x[None, None], x[None, None]) + 1,
 }
 

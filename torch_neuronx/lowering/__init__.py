@@ -60,7 +60,7 @@ def load() -> None:
         # In this order: where two modules register the same op, the later one's entry is kept.
         from torch_neuronx.lowering import elementwise, matmul, nn, reductions, shapes  # noqa: F401
         from torch_neuronx.lowering import random, control_flow, fft, linalg, effects, optim  # noqa: F401
-        from torch_neuronx.lowering import scaled_mm  # noqa: F401
+        from torch_neuronx.lowering import scaled_mm, ctc  # noqa: F401
 
         # Derived entries, once every plain lowering is registered.
         shapes.register_copy_variants()

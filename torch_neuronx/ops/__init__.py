@@ -115,15 +115,25 @@ def _tracked(qualified: str, kernel):
 
 
 def _register_python_kernels(kernels: dict, key: str = "PrivateUse1") -> None:
-    """Native ops implemented in Python (ops/rnn.py, histogram.py, topk.py, float8.py, sparse.py) for a neuron key."""
+    """Native ops implemented in Python (ops/rnn.py, histogram.py, topk.py, float8.py, sparse.py,
+    sync_batch_norm.py, linear.py) for a neuron key."""
     library = torch.library.Library("aten", "IMPL")
     for name, kernel in kernels.items():
         library.impl(name, patching.hide_from_dynamo(_tracked("aten::" + name, kernel)), key)
     _python_kernels.append(library)
 
 
+def _register_meta_kernels(kernels: dict) -> None:
+    """Shape functions for ops PyTorch gives none (only CUDA kernels): the kernel
+    itself, run on meta tensors, so Dynamo's fake tensors can trace calls on neuron."""
+    library = torch.library.Library("aten", "IMPL")
+    for name, kernel in kernels.items():
+        library.impl(name, kernel, "Meta")
+    _python_kernels.append(library)
+
+
 def register() -> None:
-    from torch_neuronx.ops import float8, histogram, rnn, sparse, topk
+    from torch_neuronx.ops import float8, histogram, linear, rnn, sparse, sync_batch_norm, topk
 
     _C._register_native_ops(native_overloads())
     _C._record_op_flags(fronted_overloads())
@@ -132,6 +142,9 @@ def register() -> None:
         _register_python_kernels(histogram.KERNELS)
         _register_python_kernels(topk.KERNELS)
         _register_python_kernels(float8.KERNELS)
+        _register_python_kernels(sync_batch_norm.KERNELS)
+        _register_meta_kernels(sync_batch_norm.META_KERNELS)
+        _register_python_kernels(linear.KERNELS)
         _register_python_kernels(sparse.KERNELS)
         _register_python_kernels(sparse.CSR_KERNELS, "SparseCsrPrivateUse1")
         sparse.register_fallbacks(_python_kernels)

@@ -103,7 +103,7 @@ COMPUTE = """
     _foreach_lgamma _foreach_log _foreach_log10 _foreach_log1p _foreach_log2 _foreach_reciprocal
     _foreach_round _foreach_rsqrt _foreach_sigmoid _foreach_sin _foreach_sinh _foreach_tan
     _foreach_tanh _foreach_trunc _foreach_clamp_max _foreach_clamp_min _foreach_minimum
-    _foreach_max
+    _foreach_max _ctc_loss _ctc_loss_backward
 """.split()
 
 # Ops whose call makes the host read device values before it can go on: the output's
@@ -114,6 +114,7 @@ DATA_DEPENDENT = frozenset({
     "nonzero", "masked_select", "_unique2", "unique_dim", "unique_consecutive", "bincount",
     "repeat_interleave",  # with a tensor of repeats; repeat_interleave(x, int) decomposes and compiles
     "linalg_lstsq",  # residuals are empty unless every matrix has full rank
+    "_ctc_loss",  # log_alpha is [batch, time, 2 * max(target_lengths) + 1] (tagged dynamic_output_shape)
     # the result is a Python value that steers Python control flow
     "equal",  # bool
 })
@@ -131,7 +132,6 @@ DATA_DEPENDENT_SHAPE = DATA_DEPENDENT | {
 #   _linalg_det, _linalg_slogdet: the LU factors they return (read by their backward formulas) are
 #       those of A or of A^T depending on A's strides at trace time; a lowering sees values only,
 #       so compiled gradients could be silently wrong. Eager det/slogdet work through the fallback.
-#   _ctc_loss, _ctc_loss_backward: not lowered (a scan over time steps); the fallback works.
 #   _make_per_tensor_quantized_tensor: quantized tensors cannot live on the device (empty_strided
 #       has no quantized support); it failed as a native op too, and fails the same way now.
 
@@ -164,11 +164,15 @@ CPP_KERNELS = frozenset({
     "view_as_real", "view_as_complex", "convolution_overrideable",
     "convolution_backward_overrideable", "native_dropout", "_has_compatible_shallow_copy_type",
 })
-# Python: the KERNELS of torch_neuronx/ops/rnn.py, histogram.py, topk.py and float8.py.
+# Python: the KERNELS of torch_neuronx/ops/rnn.py, histogram.py, topk.py, float8.py,
+# sync_batch_norm.py and linear.py. Those of the last two are CUDA-only ops (no CPU kernel
+# for the alias path) and compile through their decompositions (compiler/aot.py).
 PYTHON_KERNELS = frozenset({
     "histc", "topk", "_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl",
     "_thnn_fused_gru_cell", "_thnn_fused_gru_cell_backward", "_scaled_mm", "_scaled_grouped_mm",
     "_scaled_mm_v2", "_scaled_grouped_mm_v2",
+    "batch_norm_stats", "batch_norm_elemt", "batch_norm_backward_reduce", "batch_norm_backward_elemt",
+    "batch_norm_gather_stats_with_counts", "linear_backward",
 })
 DIRECT_KERNELS = CPP_KERNELS | PYTHON_KERNELS
 

@@ -376,14 +376,17 @@ struct HostArguments {
   }
 };
 
-// Random ops draw from the device's generator of the call's core (PyTorch's
-// CPU kernel would draw from the CPU's default generator).
-void useDeviceGenerators(const OpMeta& meta, c10::IValue* args, c10::DeviceIndex device) {
+// Random ops run PyTorch's CPU kernel with the CPU's default generator, as
+// TorchNeuron's do, so seeded code draws the CPU's numbers on the device; an
+// explicit neuron generator becomes a CPU generator seeded from its stream
+// (csrc/Generator.h).
+void useCpuGenerators(const OpMeta& meta, c10::IValue* args) {
   for (int index : meta.generator_args) {
     auto& value = args[index];
-    value = engineFor(
-        value.isGenerator() ? std::optional<at::Generator>(value.toGenerator()) : std::nullopt,
-        device);
+    if (value.isGenerator()) {
+      const auto cpu = cpuGeneratorFor(value.toGenerator());
+      value = cpu.has_value() ? c10::IValue(*cpu) : c10::IValue();
+    }
   }
 }
 
@@ -626,7 +629,7 @@ void nativeKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   HostArguments inputs(meta);
   inputs.unwrap(args, schema.arguments());
   lazyInit();
-  useDeviceGenerators(meta, args, inputs.device);
+  useCpuGenerators(meta, args);
   Fp64Emulation fp64;
   if (!(meta.flags & kExactFp64) && inputs.hasDeviceFp64()) {
     warnFp64Once(meta);

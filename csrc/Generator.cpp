@@ -2,52 +2,98 @@
 #include "Runtime.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/core/Generator.h>
 #include <c10/util/Exception.h>
 
 #include <array>
+#include <cstring>
 #include <mutex>
 
 namespace torch_neuronx {
 
+namespace {
+
+constexpr size_t kSeedBytes = sizeof(uint64_t);
+constexpr size_t kStateBytes = kSeedBytes + sizeof(int64_t);
+
+// SplitMix64's finalizer: neighbouring (seed, offset) pairs give unrelated streams.
+uint64_t mix(uint64_t value) {
+  value = (value ^ (value >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  value = (value ^ (value >> 27)) * 0x94d049bb133111ebULL;
+  return value ^ (value >> 31);
+}
+
+} // namespace
+
 NeuronGeneratorImpl::NeuronGeneratorImpl(c10::DeviceIndex device, uint64_t seed)
     : c10::GeneratorImpl(c10::Device(kNeuron, device), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
-      engine_(at::detail::createCPUGenerator(seed)) {}
+      seed_(seed) {}
 
 void NeuronGeneratorImpl::set_current_seed(uint64_t seed) {
-  engine_.set_current_seed(seed);
+  seed_ = seed;
+  offset_ = 0;
 }
 
 void NeuronGeneratorImpl::set_offset(uint64_t offset) {
-  engine_.set_offset(offset);
+  offset_ = offset;
 }
 
 uint64_t NeuronGeneratorImpl::get_offset() const {
-  return engine_.get_offset();
+  return offset_;
 }
 
 uint64_t NeuronGeneratorImpl::current_seed() const {
-  return engine_.current_seed();
+  return seed_;
 }
 
 uint64_t NeuronGeneratorImpl::seed() {
-  return engine_.seed();
+  const uint64_t random = c10::detail::getNonDeterministicRandom();
+  set_current_seed(random);
+  return random;
 }
 
 void NeuronGeneratorImpl::set_state(const c10::TensorImpl& new_state) {
-  engine_.unsafeGetGeneratorImpl()->set_state(new_state);
+  at::detail::check_rng_state(new_state);
+  const auto size = static_cast<size_t>(new_state.numel());
+  TORCH_CHECK(
+      size == kStateBytes || size == kSeedBytes,
+      "RNG state is wrong size: a neuron generator's state is ", kStateBytes,
+      " bytes (an 8-byte seed, then an 8-byte offset) or ", kSeedBytes,
+      " (a seed alone), but got ", size, " bytes. Pass a state returned by "
+      "torch.neuron.get_rng_state() or Generator.get_state() of a neuron generator.");
+  const auto* bytes = static_cast<const uint8_t*>(new_state.data());
+  std::memcpy(&seed_, bytes, kSeedBytes);
+  int64_t offset = 0;
+  if (size == kStateBytes) {
+    std::memcpy(&offset, bytes + kSeedBytes, sizeof(offset));
+  }
+  offset_ = static_cast<uint64_t>(offset);
 }
 
 c10::intrusive_ptr<c10::TensorImpl> NeuronGeneratorImpl::get_state() const {
-  return engine_.unsafeGetGeneratorImpl()->get_state();
+  auto state = at::detail::empty_cpu(
+      {static_cast<int64_t>(kStateBytes)}, at::ScalarType::Byte, std::nullopt, std::nullopt,
+      std::nullopt, std::nullopt);
+  auto* bytes = static_cast<uint8_t*>(state.data_ptr());
+  const auto offset = static_cast<int64_t>(offset_);
+  std::memcpy(bytes, &seed_, kSeedBytes);
+  std::memcpy(bytes + kSeedBytes, &offset, sizeof(offset));
+  return state.getIntrusivePtr();
 }
 
 c10::DeviceType NeuronGeneratorImpl::device_type() {
   return kNeuron;
 }
 
+uint64_t NeuronGeneratorImpl::nextStream() {
+  const uint64_t offset = offset_++;
+  return offset == 0 ? seed_ : mix(seed_ ^ mix(offset));
+}
+
 NeuronGeneratorImpl* NeuronGeneratorImpl::clone_impl() const {
-  auto* copy = new NeuronGeneratorImpl(device().index());
-  copy->engine_ = engine_.clone();
+  auto* copy = new NeuronGeneratorImpl(device().index(), seed_);
+  copy->offset_ = offset_;
   return copy;
 }
 
@@ -61,7 +107,10 @@ const at::Generator& defaultGenerator(c10::DeviceIndex device) {
   }
   checkDeviceIndex(device);
   std::call_once(created[device], [device] {
+    // As TorchNeuron's: a default generator nobody seeded starts from a
+    // nondeterministic seed (torch.manual_seed seeds it).
     (*generators)[device] = at::make_generator<NeuronGeneratorImpl>(device);
+    (*generators)[device].seed();
   });
   return (*generators)[device];
 }
@@ -74,14 +123,24 @@ at::Generator newGenerator(c10::DeviceIndex device) {
   return at::make_generator<NeuronGeneratorImpl>(device);
 }
 
-at::Generator engineFor(const std::optional<at::Generator>& generator, c10::DeviceIndex device) {
-  const at::Generator& source =
-      generator.has_value() && generator->defined() ? *generator : defaultGenerator(device);
+std::optional<at::Generator> cpuGeneratorFor(const std::optional<at::Generator>& generator) {
+  if (!generator.has_value() || !generator->defined() || generator->device().is_cpu()) {
+    return generator;
+  }
   TORCH_CHECK(
-      source.device().type() == kNeuron,
-      "Expected a 'neuron' generator for an op on the neuron device, but got a '",
-      source.device().type(), "' generator. Create it with torch.Generator(device='neuron').");
-  return static_cast<NeuronGeneratorImpl*>(source.unsafeGetGeneratorImpl())->engine();
+      generator->device().type() == kNeuron,
+      "Expected a 'neuron' or 'cpu' generator for an op on the neuron device, but got a '",
+      generator->device().type(), "' generator.");
+  auto* impl = static_cast<NeuronGeneratorImpl*>(generator->unsafeGetGeneratorImpl());
+  std::lock_guard<std::mutex> lock(impl->mutex_);
+  return at::detail::createCPUGenerator(impl->nextStream());
+}
+
+uint64_t nextDefaultStream(c10::DeviceIndex device) {
+  const at::Generator& generator = defaultGenerator(device);
+  auto* impl = static_cast<NeuronGeneratorImpl*>(generator.unsafeGetGeneratorImpl());
+  std::lock_guard<std::mutex> lock(impl->mutex_);
+  return impl->nextStream();
 }
 
 } // namespace torch_neuronx

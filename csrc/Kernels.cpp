@@ -174,18 +174,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolutionBackward(
   return {adopt(grad_input), adopt(grad_weight), adopt(grad_bias)};
 }
 
-// Dropout draws its mask from the device generator (PyTorch's CPU kernel
-// would draw from the CPU's default generator).
+// Dropout is PyTorch's CPU kernel on the host operand, drawing its mask from
+// the CPU's default generator as TorchNeuron's does: seeded dropout on the
+// device drops what it drops on the CPU.
 std::tuple<at::Tensor, at::Tensor> nativeDropout(
     const at::Tensor& input, double p, std::optional<bool> train) {
   auto call = kNativeDropout.enter(input, p, train);
-  if (train.has_value() && !*train) {
-    return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
+  const auto device = input.device().index();
+  if (input.numel() == 0) {
+    return {input, at::empty_like(input)};  // as the CPU kernel: no draw, the input itself
   }
-  const double keep = 1.0 - p;
-  auto mask = at::empty_like(input, input.options().dtype(at::kBool)).bernoulli_(keep);
-  const double scale = keep == 0.0 ? 0.0 : 1.0 / keep;
-  return {input.mul(mask).mul_(scale), mask};
+  CaptureScope capture(device);
+  auto [out, mask] = at::native_dropout(hostOperand(input), p, train);
+  return {adoptKernelResult(out, device), adoptKernelResult(mask, device)};
 }
 
 // scaled_dot_product_attention asks each device which fused kernel to use.

@@ -443,4 +443,7 @@ PYBIND11_MODULE(_C, m) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(tn::defaultGenerator(static_cast<c10::DeviceIndex>(index))));
   });
+  m.def("_next_default_stream", [](int index) {
+    return tn::nextDefaultStream(static_cast<c10::DeviceIndex>(index));
+  }, "The seed of the next stream of a core's default generator; advances its offset by one.");
 }

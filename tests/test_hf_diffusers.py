@@ -4,8 +4,9 @@ Tiny models built from configs (no downloads) run a few denoising steps on
 neuron and are compared with the same pipeline on CPU. Fairness: both sides get
 a CPU torch.Generator with the same seed. diffusers' randn_tensor samples on
 CPU for neuron anyway (and moves the noise to the device), so both pipelines
-start from, and add, the same noise; with a generator on the neuron device the
-device RNG must reproduce the CPU stream (same algorithm), checked below.
+start from, and add, the same noise; a generator on the neuron device draws its
+first stream as a CPU generator with its seed does (DiT draws only its latents
+with it), checked below.
 
 Models are put in eval mode explicitly: a model built from its constructor is
 in training mode, and DiT's class-label dropout would then draw different

@@ -10,7 +10,7 @@ import warnings
 import torch
 
 from torch_neuronx import config, observe
-from torch_neuronx.compiler import aot, float8, metrics
+from torch_neuronx.compiler import aot, float8, host_random, metrics
 from torch_neuronx.compiler.errors import NeuronCompileError
 
 _warned_modes: set[str] = set()
@@ -37,7 +37,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
     AOTAutograd (kind: "forward", "backward" or "inference") -> what
     AOTAutograd calls (a boxed callable). In order: the FP8 and float4 rules,
     a split around custom ops (each piece through this policy), the
-    lowerability check (ops with no lowering raise NeuronCompileError, or with
+    random ops drawn on the host taken out (host_random.py), the lowerability
+    check (ops with no lowering raise NeuronCompileError, or with
     TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0 run the graph eagerly), then
     one executable. `example_inputs` is unused: the executable is compiled at
     the first call with each input signature (compiler/executable.py)."""
@@ -50,6 +51,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
     if any(is_custom_op(node) for node in gm.graph.nodes):
         split = split_around_custom_ops(gm, lambda piece: compile_graph(piece, None, kind))
         return BoxedOutput(lambda args: split.forward(*args))
+    draws = host_random.split(gm)  # before the lowerability check: drawn ops need no lowering
     missing = unlowered_ops(gm)
     if missing:
         observe.unlowered(kind, missing)
@@ -68,10 +70,10 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
             f"torch_neuronx: running the {kind} graph eagerly (TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0) "
             f"because these ops have no lowering:\n{listing}"
         )
-        return BoxedOutput(lambda args: gm.forward(*args))
+        return BoxedOutput(lambda args: gm.forward(*host_random.with_draws(draws, args)))
     from torch_neuronx.compiler.executable import CompiledGraph
 
-    return GraphRunner(CompiledGraph(gm, kind))
+    return GraphRunner(CompiledGraph(gm, kind, draws))
 
 
 def _compiler(kind: str):

@@ -18,7 +18,7 @@ import torch
 import torch.fx
 
 from torch_neuronx import observe
-from torch_neuronx.compiler import artifacts, cache, metrics
+from torch_neuronx.compiler import artifacts, cache, host_random, metrics
 from torch_neuronx.lowering.conversions import from_jax, jax_input
 from torch_neuronx.lowering.interpreter import run_graph
 
@@ -56,8 +56,9 @@ def _mutations(gm: torch.fx.GraphModule) -> list[tuple[int, torch.fx.Node]]:
 class CompiledGraph:
     """A graph compiled for the neuron device; called with the list of inputs."""
 
-    def __init__(self, gm: torch.fx.GraphModule, name: str):
-        self._setup(gm, name, _graph_identity(gm))
+    def __init__(self, gm: torch.fx.GraphModule, name: str, draws: list[host_random.Draw]):
+        """`draws`: what host_random.split took out of `gm`, drawn at each call."""
+        self._setup(gm, name, _graph_identity(gm), draws)
         outputs = self.output_nodes if isinstance(self.output_nodes, (list, tuple)) else [self.output_nodes]
         self.output_dtypes = [
             n.meta["val"].dtype if isinstance(n, torch.fx.Node) and isinstance(n.meta.get("val"), torch.Tensor)
@@ -65,7 +66,7 @@ class CompiledGraph:
             for n in outputs
         ]
 
-    def _setup(self, gm: torch.fx.GraphModule, name: str, key: str) -> None:
+    def _setup(self, gm: torch.fx.GraphModule, name: str, key: str, draws: list) -> None:
         import jax
 
         from torch_neuronx import lowering
@@ -75,6 +76,7 @@ class CompiledGraph:
         self.gm = gm
         self.name = name
         self.key = key
+        self.draws = draws
         self.uses_rng = _uses_rng(gm)
         self.emulate_fp64 = _emulate_fp64()
         self.mutations = _mutations(gm)
@@ -89,12 +91,12 @@ class CompiledGraph:
         from torch_neuronx.compiler import fx_pickle
 
         return {"graph": fx_pickle.dumps_state(self.gm), "name": self.name, "key": self.key,
-                "output_dtypes": self.output_dtypes}
+                "draws": self.draws, "output_dtypes": self.output_dtypes}
 
     def __setstate__(self, state: dict) -> None:
         from torch_neuronx.compiler import fx_pickle
 
-        self._setup(fx_pickle.loads_state(state["graph"]), state["name"], state["key"])
+        self._setup(fx_pickle.loads_state(state["graph"]), state["name"], state["key"], state.get("draws", []))
         self.output_dtypes = state["output_dtypes"]
 
     # -- tracing ---------------------------------------------------------------
@@ -110,7 +112,8 @@ class CompiledGraph:
     # -- running ---------------------------------------------------------------
     def __call__(self, args):
         device = _device_of(args)
-        arrays = [jax_input(a, i) if isinstance(a, torch.Tensor) else a for i, a in enumerate(args)]
+        inputs = host_random.with_draws(self.draws, args, device)
+        arrays = [jax_input(a, i) if isinstance(a, torch.Tensor) else a for i, a in enumerate(inputs)]
         seed = _draw_seed(device) if self.uses_rng else 0
         executable = self._executable(seed, arrays)
         # Observed to the outputs' conversion: XLA runs asynchronously until they are taken.
@@ -169,6 +172,10 @@ def _device_of(args) -> torch.device:
 
 
 def _draw_seed(device: torch.device) -> int:
-    """A fresh seed from the core's default generator, so compiled random ops
-    advance (and are reproduced by) the same generator as eager ones."""
-    return int(torch.empty((), dtype=torch.int64, device=device).random_(0, 2**31 - 1).item())
+    """The random key of one run of a graph whose random ops stay in it (their
+    parameters are computed in the graph; host_random.py draws the others): the
+    next stream of the core's default neuron generator, whose offset advances,
+    so torch.manual_seed and torch.neuron.set_rng_state reproduce them."""
+    from torch_neuronx import _C
+
+    return _C._next_default_stream(device.index) & (2**63 - 1)

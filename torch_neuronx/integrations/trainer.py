@@ -3,9 +3,11 @@
 ``Trainer._save_rng_state`` writes the Python, NumPy and CPU generator states
 into each checkpoint's ``rng_state.pth``, plus the state of every accelerator it
 knows by name (CUDA, XLA, NPU, HPU, MLU, MUSA); ``_load_rng_state`` restores
-them on ``train(resume_from_checkpoint=...)``. Neuron is not among them, so a
-resumed run draws dropout masks from a freshly seeded neuron generator and its
-losses drift away from those of an uninterrupted run.
+them on ``train(resume_from_checkpoint=...)``. Neuron is not among them. Eager
+random ops draw from the CPU generator (csrc/Generator.h), which is restored, but
+the neuron generators key the random ops compiled graphs draw on the device
+(multinomial, poisson, ``x.bernoulli_(probabilities)``): without their state a
+resumed run with such ops would draw other numbers than an uninterrupted one.
 
 The patch wraps both methods: after the original writes the file, the neuron
 state is added under the key ``"neuron"`` (the layout CUDA uses: the current

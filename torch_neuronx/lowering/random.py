@@ -1,7 +1,9 @@
 """Lowerings of random ops. Keys come from the trace context (ctx.next_key()), split from a
-seed that the compiled graph draws from the core's default generator on every
-call: compiled random ops are reproducible under torch.manual_seed, though
-their numbers differ from eager's (different generator algorithm)."""
+seed that each run of the graph takes from the core's neuron generator (its seed and
+offset): these draw on the device, with numbers of their own. A compiled graph lowers
+only the random ops whose parameters it computes, or that sit in a control-flow body;
+the others are drawn on the host from the CPU generator (compiler/host_random.py), as
+eager ones are, and reach the graph as inputs."""
 
 from __future__ import annotations
 

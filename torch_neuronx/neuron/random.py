@@ -1,6 +1,10 @@
-"""RNG of the neuron device: one default generator per core, independent of
-the CPU generator. ``torch.manual_seed`` seeds these too (through
-``manual_seed_all``), as it does CUDA's."""
+"""RNG of the neuron device, as TorchNeuron's: one default generator per core,
+whose state is 16 bytes (an 8-byte seed, then an 8-byte offset). Eager random
+ops draw from the CPU's default generator (csrc/Generator.h), so seeded code
+gives the CPU's numbers; the neuron generators key what is drawn on the device
+(random ops a compiled graph computes, ops given an explicit neuron generator).
+``torch.manual_seed`` seeds these too (through ``manual_seed_all``), as it does
+CUDA's."""
 
 from __future__ import annotations
 

@@ -51,9 +51,9 @@ def _has_own_cpu_kernel(qualified: str) -> bool:
 
 def _draws_from_default_generator(name: str) -> bool:
     """A random op overload without a Generator argument (randperm(n), rand(...)):
-    its composite calls the generator overload with None, which the device then
-    serves from its own default generator. Serving it directly would run the CPU
-    composite against the CPU's default generator instead."""
+    left to its composite, which calls the generator overload with None; the
+    device serves that one like every random op (csrc/Eager.cpp
+    useCpuGenerators), so each random op has one served overload that draws."""
     base, _, overload = name.partition(".")
     op = getattr(getattr(torch.ops.aten, base), overload or "default")
     if torch.Tag.nondeterministic_seeded not in op.tags:

@@ -88,7 +88,9 @@ def test_autoload_outside_the_range_warns_and_torch_still_imports():
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             import torch
-        print("WARNED:", [str(w.message) for w in caught if "torch-neuronx" in str(w.message)])
+        for w in caught:
+            if "torch-neuronx" in str(w.message):
+                print("WARNED:", w.category.__name__, w.message)
         print("backend:", torch._C._get_privateuse1_backend_name())
         print("tensor-ok:", float(torch.ones(2).sum()))
         try:
@@ -97,8 +99,8 @@ def test_autoload_outside_the_range_warns_and_torch_still_imports():
             print("IMPORT-ERROR:", error)
     """, autoload=True)
     assert result.returncode == 0, result.stderr
-    assert "WARNED: ['torch-neuronx supports PyTorch 2.13 and 2.14; the installed PyTorch is 2.15.0" \
-        in result.stdout
+    assert "WARNED: RuntimeWarning torch-neuronx supports PyTorch 2.13 and 2.14; the installed PyTorch " \
+        "is 2.15.0" in result.stdout
     assert "The 'neuron' device is not registered" in result.stdout
     assert "backend: privateuseone" in result.stdout
     assert "tensor-ok: 2.0" in result.stdout

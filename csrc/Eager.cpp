@@ -1,5 +1,7 @@
 #include "Eager.h"
+
 #include "Allocator.h"
+#include "DeviceLimits.h"
 #include "Generator.h"
 #include "Runtime.h"
 
@@ -110,6 +112,7 @@ struct OpMeta {
   std::vector<int> generator_args;
   std::vector<int> device_args;
   std::vector<int> dtype_args;
+  int memory_format_arg = -1;
   Counter* executed = nullptr;
   Counter* fallback = nullptr;
   std::atomic<bool> fallback_warned{false};
@@ -133,6 +136,9 @@ std::unique_ptr<OpMeta> buildMeta(const c10::OperatorHandle& op) {
         arguments[i].name() == "running_mean" || arguments[i].name() == "running_var";
     meta->mutable_args.push_back((alias != nullptr && alias->isWrite()) || running_stat);
     meta->arg_kinds.push_back(argKind(arguments[i]));
+    if (arguments[i].name() == "memory_format") {
+      meta->memory_format_arg = static_cast<int>(i);
+    }
     switch (elementKind(arguments[i])) {
       case c10::TypeKind::GeneratorType:
         meta->generator_args.push_back(static_cast<int>(i));
@@ -338,9 +344,17 @@ struct HostArguments {
     if (tensor_device.type() == kNeuron) {
       if (device < 0) {
         device = tensor_device.index();
-      } else if (device != tensor_device.index() && !(meta.flags & kCrossDevice)) {
-        throwDeviceMismatch(
-            meta, c10::Device(kNeuron, device).str(), tensor_device.str(), argument.name());
+      } else if (device != tensor_device.index()) {
+        if (!(meta.flags & kCrossDevice)) {
+          throwDeviceMismatch(
+              meta, c10::Device(kNeuron, device).str(), tensor_device.str(), argument.name());
+        }
+        checkSameCore(meta.name, c10::Device(kNeuron, device), tensor_device, argument.name());
+      }
+      // Data movement (copies, fills, scatters) writes views of any strides on
+      // Trainium too; compute kernels write contiguous outputs only.
+      if (is_mutable && !(meta.flags & kExactFp64)) {
+        checkContiguousOutput(meta.name, tensor, argument.name());
       }
       at::Tensor alias = hostAlias(tensor);
       aliases.push_back(AliasedArgument{
@@ -625,6 +639,10 @@ void nativeKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
 
   HostArguments inputs(meta);
   inputs.unwrap(args, schema.arguments());
+  if (meta.memory_format_arg >= 0 && deviceLimitsEnforced()) {
+    const c10::IValue& format = args[meta.memory_format_arg];
+    checkMemoryFormat(meta.name, format.isNone() ? std::nullopt : std::optional(format.toMemoryFormat()));
+  }
   lazyInit();
   useDeviceGenerators(meta, args, inputs.device);
   Fp64Emulation fp64;

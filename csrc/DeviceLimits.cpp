@@ -51,15 +51,4 @@ void checkSameCore(
       "Move one tensor through the host first (t.cpu().to('" + first.str() + "')).");
 }
 
-void checkMemoryFormat(const std::string& op, std::optional<c10::MemoryFormat> memory_format) {
-  if (!deviceLimitsEnforced() || !memory_format.has_value() ||
-      *memory_format == c10::MemoryFormat::Contiguous || *memory_format == c10::MemoryFormat::Preserve) {
-    return;
-  }
-  throwRefused(
-      op, "Neuron tensors only support contiguous or preserve memory format, got " +
-      c10::str(*memory_format) + ".",
-      "Use memory_format=torch.contiguous_format.");
-}
-
 } // namespace torch_neuronx

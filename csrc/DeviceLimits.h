@@ -2,18 +2,17 @@
 // TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=1.
 //
 // On Trainium a native op whose device kernel cannot take its arguments (an
-// output that is a non-contiguous view, tensors on two NeuronCores, a
-// channels-last memory format) is retried on the CPU; with the variable at 1
-// it raises instead, naming the variable. The emulator's kernels are CPU
-// kernels on device memory and could run these calls, so the limits are only
-// checked when the variable asks for the device's behaviour. Off: one relaxed
-// atomic load per check.
+// output that is a non-contiguous view, tensors on two NeuronCores) is retried
+// on the CPU; with the variable at 1 it raises instead, naming the variable.
+// The emulator's kernels are CPU kernels on device memory and could run these
+// calls, so the limits are only checked when the variable asks for the
+// device's behaviour. Off: one relaxed atomic load per check. Not emulated:
+// Trainium's refusal of channels-last in contiguous() and .to(), since its
+// empty() and clone() accept it and here all four allocate alike.
 #pragma once
 
 #include <ATen/core/Tensor.h>
-#include <c10/core/MemoryFormat.h>
 
-#include <optional>
 #include <string>
 
 namespace torch_neuronx {
@@ -26,6 +25,5 @@ bool deviceLimitsEnforced() noexcept;
 void checkContiguousOutput(const std::string& op, const at::Tensor& output, const std::string& argument);
 void checkSameCore(
     const std::string& op, c10::Device first, c10::Device second, const std::string& argument);
-void checkMemoryFormat(const std::string& op, std::optional<c10::MemoryFormat> memory_format);
 
 } // namespace torch_neuronx

@@ -112,7 +112,6 @@ struct OpMeta {
   std::vector<int> generator_args;
   std::vector<int> device_args;
   std::vector<int> dtype_args;
-  int memory_format_arg = -1;
   Counter* executed = nullptr;
   Counter* fallback = nullptr;
   std::atomic<bool> fallback_warned{false};
@@ -136,9 +135,6 @@ std::unique_ptr<OpMeta> buildMeta(const c10::OperatorHandle& op) {
         arguments[i].name() == "running_mean" || arguments[i].name() == "running_var";
     meta->mutable_args.push_back((alias != nullptr && alias->isWrite()) || running_stat);
     meta->arg_kinds.push_back(argKind(arguments[i]));
-    if (arguments[i].name() == "memory_format") {
-      meta->memory_format_arg = static_cast<int>(i);
-    }
     switch (elementKind(arguments[i])) {
       case c10::TypeKind::GeneratorType:
         meta->generator_args.push_back(static_cast<int>(i));
@@ -229,13 +225,19 @@ at::Tensor deviceTensorLike(c10::Storage storage, const at::Tensor& like) {
   return tensorLike(std::move(storage), c10::DispatchKey::PrivateUse1, like);
 }
 
+// CUDA's sentence, then TorchNeuron's ("... is on cpu device, expected
+// neuron") for a tensor that is not on the device, then what to do.
 [[noreturn]] void throwDeviceMismatch(
     const OpMeta& meta, const std::string& first, const std::string& second,
     const std::string& argument) {
+  const bool off_device = second.rfind("neuron", 0) != 0;
   TORCH_CHECK(
       false, "Expected all tensors to be on the same device, but found at least two devices, ",
-      first, " and ", second, "! (argument '", argument, "' of ", meta.name,
-      "; move it with .to('neuron') or .cpu())");
+      first, " and ", second, "! ",
+      off_device ? "Non-scalar tensor argument '" + argument + "' of " + meta.name + " is on " +
+                       second + " device, expected neuron"
+                 : "(argument '" + argument + "' of " + meta.name + ")",
+      "; move it with .to('neuron') or .cpu()");
 }
 
 // ------------------------------------------------------------- one op call
@@ -639,10 +641,6 @@ void nativeKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
 
   HostArguments inputs(meta);
   inputs.unwrap(args, schema.arguments());
-  if (meta.memory_format_arg >= 0 && deviceLimitsEnforced()) {
-    const c10::IValue& format = args[meta.memory_format_arg];
-    checkMemoryFormat(meta.name, format.isNone() ? std::nullopt : std::optional(format.toMemoryFormat()));
-  }
   lazyInit();
   useDeviceGenerators(meta, args, inputs.device);
   Fp64Emulation fp64;

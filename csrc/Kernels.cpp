@@ -57,8 +57,6 @@ at::Tensor empty(
   TORCH_CHECK(
       !layout.has_value() || *layout == c10::Layout::Strided,
       "The neuron device supports only strided (dense) tensors, got layout ", *layout);
-  // contiguous(memory_format=...) and .to("neuron", memory_format=...) allocate here.
-  checkMemoryFormat("aten::empty.memory_format", memory_format);
   c10::DeviceGuard guard(c10::Device(kNeuron, targetIndex(device)));
   return at::detail::empty_generic(
       size, &neuronAllocator(), kNeuronKeys, c10::dtype_or_default(dtype), memory_format);

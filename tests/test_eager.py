@@ -542,8 +542,11 @@ def test_neuron_zero_dim_tensor_with_cpu_tensor_is_rejected_like_cuda():
     ids=["add", "radd", "mm", "cat", "where", "add_"],
 )
 def test_non_scalar_cpu_tensor_with_neuron_tensor_raises(fn):
-    with pytest.raises(RuntimeError, match=r"Expected all tensors to be on the same device.*neuron:0.*cpu|"
-                                           r"Expected all tensors to be on the same device.*cpu.*neuron:0"):
+    """CUDA's sentence, then TorchNeuron's ("... is on cpu device, expected neuron")."""
+    with pytest.raises(RuntimeError, match=r"^Expected all tensors to be on the same device, but found at "
+                                           r"least two devices, neuron:0 and cpu! Non-scalar tensor "
+                                           r"argument '\w+' of aten::\w+(\.\w+)? is on cpu device, "
+                                           r"expected neuron; move it"):
         fn(torch.randn(4, device=NEURON), torch.randn(4))
 
 

@@ -193,10 +193,9 @@ def test_device_kernel_limits_raise_only_when_fallback_is_only_for_unimplemented
                                      "process non-contiguous tensors")
     assert "copy_ it into the view" in strict["exp_"]
     assert strict["fill_"] == "ok [5.0, 5.0, 5.0]"
-    assert strict["channels_last"].startswith("raised " + PREFIX)
-    assert "Neuron tensors only support contiguous or preserve memory format, got ChannelsLast" \
-        in strict["channels_last"]
-    assert "Neuron tensors only support contiguous or preserve memory format" in strict["to_channels_last"]
+    # Not emulated (docs/env-vars.md): Trainium refuses these two but accepts empty() and clone()
+    # in channels-last, which allocate alike here.
+    assert strict["channels_last"] == strict["to_channels_last"] == "ok [1.0, 1.0, 1.0, 1.0]"
     assert strict["cross_core"].startswith("raised " + PREFIX + "copy_ failed to execute on Neuron: "
                                            "Device-to-device copy requires tensors on same Neuron core, "
                                            "got neuron:1 and neuron:0")

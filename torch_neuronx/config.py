@@ -316,13 +316,14 @@ fallback_only_for_unimplemented_ops = _declare(
          "device kernels' limits: a compute op writing in place into a non-contiguous view "
          "(`Cannot process non-contiguous tensors`; copies, fills and scatters write any view), a "
          "copy between two NeuronCores (`Device-to-device copy requires tensors on same Neuron "
-         "core`), a memory format other than contiguous or preserve (`Neuron tensors only support "
-         "contiguous or preserve memory format`). With `0` (the default) those calls run, as the "
+         "core`). With `0` (the default) those calls run, as the "
          "CPU retry makes them run on Trainium. An op that fails for any other reason raises its "
          "error with either value (its kernel is a CPU kernel: a CPU retry would fail the same "
          "way). Ops without a device implementation (outside the native op set) run through the "
          "CPU fallback with either value, as `TORCH_NEURONX_FALLBACK` says. Not emulated: calls "
-         "retried under `0` are not listed by `get_fallback_ops()`. Any other value makes the "
+         "retried under `0` are not listed by `get_fallback_ops()`; Trainium's refusal of "
+         "channels-last in `contiguous()` and `.to()` under `1` (its `empty()` and `clone()` "
+         "accept it; here all four allocate alike). Any other value makes the "
          "import fail, naming the variable."))
 audit_dir = _declare(
     "TORCH_NEURONX_AUDIT_DIR", None, _text, IMPORT, RUNTIME,

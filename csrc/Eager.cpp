@@ -1,5 +1,7 @@
 #include "Eager.h"
+
 #include "Allocator.h"
+#include "DeviceLimits.h"
 #include "Generator.h"
 #include "Runtime.h"
 
@@ -223,13 +225,19 @@ at::Tensor deviceTensorLike(c10::Storage storage, const at::Tensor& like) {
   return tensorLike(std::move(storage), c10::DispatchKey::PrivateUse1, like);
 }
 
+// CUDA's sentence, then TorchNeuron's ("... is on cpu device, expected
+// neuron") for a tensor that is not on the device, then what to do.
 [[noreturn]] void throwDeviceMismatch(
     const OpMeta& meta, const std::string& first, const std::string& second,
     const std::string& argument) {
+  const bool off_device = second.rfind("neuron", 0) != 0;
   TORCH_CHECK(
       false, "Expected all tensors to be on the same device, but found at least two devices, ",
-      first, " and ", second, "! (argument '", argument, "' of ", meta.name,
-      "; move it with .to('neuron') or .cpu())");
+      first, " and ", second, "! ",
+      off_device ? "Non-scalar tensor argument '" + argument + "' of " + meta.name + " is on " +
+                       second + " device, expected neuron"
+                 : "(argument '" + argument + "' of " + meta.name + ")",
+      "; move it with .to('neuron') or .cpu()");
 }
 
 // ------------------------------------------------------------- one op call
@@ -338,9 +346,17 @@ struct HostArguments {
     if (tensor_device.type() == kNeuron) {
       if (device < 0) {
         device = tensor_device.index();
-      } else if (device != tensor_device.index() && !(meta.flags & kCrossDevice)) {
-        throwDeviceMismatch(
-            meta, c10::Device(kNeuron, device).str(), tensor_device.str(), argument.name());
+      } else if (device != tensor_device.index()) {
+        if (!(meta.flags & kCrossDevice)) {
+          throwDeviceMismatch(
+              meta, c10::Device(kNeuron, device).str(), tensor_device.str(), argument.name());
+        }
+        checkSameCore(meta.name, c10::Device(kNeuron, device), tensor_device, argument.name());
+      }
+      // Data movement (copies, fills, scatters) writes views of any strides on
+      // Trainium too; compute kernels write contiguous outputs only.
+      if (is_mutable && !(meta.flags & kExactFp64)) {
+        checkContiguousOutput(meta.name, tensor, argument.name());
       }
       at::Tensor alias = hostAlias(tensor);
       aliases.push_back(AliasedArgument{

@@ -49,7 +49,7 @@ namespace torch_neuronx {
 // _C._op_flags).
 enum OpFlags : int {
   kCrossDevice = 1,      // copies and host-indexed ops: tensors may live anywhere
-  kExactFp64 = 2,        // data movement: float64 is copied, never rounded
+  kExactFp64 = 2,        // data movement: float64 is copied, never rounded; writes views of any strides
 };
 
 // The host alias of `tensor` (a neuron tensor).

@@ -2,9 +2,11 @@
 // loops, called unboxed and straight into PyTorch's CPU kernels. Saves the
 // boxing and the second trip through the dispatcher that the generic alias
 // path pays (about 1 us per call on a tiny tensor). Anything unusual (mixed
-// devices, CPU scalars, float64 under the fp32 rule) takes the generic path,
+// devices, CPU scalars, float64 under the fp32 rule, a non-contiguous in-place
+// output while DeviceLimits.h's limits are enforced) takes the generic path,
 // so semantics are those of csrc/Eager.cpp.
 #include "Allocator.h"
+#include "DeviceLimits.h"
 #include "Eager.h"
 #include "Runtime.h"
 
@@ -57,7 +59,7 @@ at::Tensor generic(const DirectOp& op, Args&&... args) {
     return adoptKernelResult(at::cpu::NAME(hostAlias(self), hostOperand(other) ARGS), core); \
   }                                                                                          \
   at::Tensor& NAME##Inplace(at::Tensor& self, const at::Tensor& other PARAMS) {              \
-    if (sameCore(self, other) < 0) {                                                         \
+    if (sameCore(self, other) < 0 || (deviceLimitsEnforced() && !self.is_contiguous())) {    \
       generic(NAME##InplaceOp, self, other ARGS);                                            \
       return self;                                                                           \
     }                                                                                        \

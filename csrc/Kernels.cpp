@@ -2,6 +2,7 @@
 // path: allocation, copies between host and device, views and storage
 // plumbing. These are the ops every other op stands on, and the hottest.
 #include "Allocator.h"
+#include "DeviceLimits.h"
 #include "Eager.h"
 #include "Runtime.h"
 
@@ -83,11 +84,24 @@ at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_bloc
   return dst;
 }
 
+// PyTorch's CPU fallback writes its results back through this op. As on
+// Trainium (and in OpenReg): from the host only, into a tensor of the same
+// size or an empty one.
 at::Tensor copyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
   auto call = kCopyFromAndResize.enter(self, dst);
-  if (!dst.sizes().equals(self.sizes())) {
+  TORCH_CHECK(
+      self.is_cpu() && dst.device().type() == kNeuron,
+      "_copy_from_and_resize now only support copy from cpu tensor to neuron tensor, but got src "
+      "tensor device is ", self.device(), " and dst device is ", dst.device(),
+      " (use dst.copy_(src) to copy between other devices)");
+  if (dst.numel() == 0) {
     dst.resize_(self.sizes());
   }
+  TORCH_CHECK(
+      dst.sizes().equals(self.sizes()),
+      "_copy_from_and_resize now only support copy with same size, or dst.numel() == 0! Got src ",
+      self.sizes(), " and dst ", dst.sizes(), " (pass an out= tensor of the result's shape, or an "
+      "empty one)");
   return copyFrom(self, dst, false);
 }
 
@@ -108,15 +122,24 @@ at::Scalar localScalarDense(const at::Tensor& self) {
   return at::_local_scalar_dense(hostAlias(self));
 }
 
+// set_ keeps a tensor on its device: its new memory must be neuron memory too.
+void checkNeuronSource(const char* what, c10::Device device) {
+  TORCH_CHECK(
+      device.type() == kNeuron, "set_: expected neuron ", what, ", but got ", what,
+      " on device ", device, " (move it with .to('neuron') first)");
+}
+
 at::Tensor& setStorage(
     at::Tensor& self, c10::Storage source, int64_t offset, c10::IntArrayRef size,
     c10::IntArrayRef stride) {
   auto call = kSetStorage.enter(self, source, offset, size, stride);
+  checkNeuronSource("storage", source.device());
   return at::native::set_storage_cpu_(self, source, offset, size, stride);
 }
 
 at::Tensor& setStorageWhole(at::Tensor& self, c10::Storage source) {
   auto call = kSetStorageWhole.enter(self, source);
+  checkNeuronSource("storage", source.device());
   const auto itemsize = self.dtype().itemsize();
   const int64_t numel = static_cast<int64_t>(source.nbytes() / itemsize);
   return at::native::set_storage_cpu_(self, std::move(source), 0, {numel}, {});
@@ -124,6 +147,7 @@ at::Tensor& setStorageWhole(at::Tensor& self, c10::Storage source) {
 
 at::Tensor& setTensor(at::Tensor& self, const at::Tensor& source) {
   auto call = kSetTensor.enter(self, source);
+  checkNeuronSource("source tensor", source.device());
   return at::native::set_tensor_(self, source);
 }
 

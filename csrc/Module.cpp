@@ -1,6 +1,7 @@
 // Python bindings: torch_neuronx._C. The only file that includes
 // torch/extension.h; everything it exposes is a thin wrapper over the core.
 #include "Allocator.h"
+#include "DeviceLimits.h"
 #include "Eager.h"
 #include "Generator.h"
 #include "Guard.h"
@@ -354,6 +355,8 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_set_fallback_mode", [](int mode) { tn::setFallbackMode(static_cast<tn::FallbackMode>(mode)); });
   m.def("_get_fallback_mode", [] { return static_cast<int>(tn::fallbackMode()); });
+  m.def("_set_device_limits_enforced", &tn::setDeviceLimitsEnforced);
+  m.def("_device_limits_enforced", &tn::deviceLimitsEnforced);
   m.def("_set_fp64_mode", [](int mode) { tn::setFp64Mode(static_cast<tn::Fp64Mode>(mode)); });
   m.def("_get_fp64_mode", [] { return static_cast<int>(tn::fp64Mode()); });
 

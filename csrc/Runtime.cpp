@@ -51,14 +51,13 @@ int64_t deviceCapacity(c10::DeviceIndex index) {
 }
 
 void checkDeviceIndex(c10::DeviceIndex index) {
+  // AWS's wording first, then where the count comes from.
   TORCH_CHECK(
       index >= 0 && index < deviceCount(),
-      "Invalid device index neuron:",
-      static_cast<int>(index),
-      ": this process sees ",
-      static_cast<int>(deviceCount()),
-      " NeuronCore(s) (see TORCH_NEURONX_INSTANCE, NEURON_LOGICAL_NC_CONFIG, "
-      "NEURON_RT_VISIBLE_CORES and NEURON_RT_NUM_CORES).");
+      "Device index ", static_cast<int>(index), " is out of range. Valid range is 0 to ",
+      static_cast<int>(deviceCount()) - 1, " for this process (it sees ",
+      static_cast<int>(deviceCount()), " NeuronCore(s): see TORCH_NEURONX_INSTANCE, "
+      "NEURON_LOGICAL_NC_CONFIG, NEURON_RT_VISIBLE_CORES and NEURON_RT_NUM_CORES).");
 }
 
 c10::DeviceIndex currentDevice() {

@@ -146,7 +146,7 @@ def test_device_properties():
     visible = _visible()
     for index in range(torch.neuron.device_count()):
         props = torch.neuron.get_device_properties(index)
-        assert props.name == profile.core_generation == torch.neuron.get_device_name(index)
+        assert props.name == profile.core_generation
         assert props.core_generation == profile.core_generation
         assert props.instance == profile.name
         assert props.platform == profile.platform
@@ -168,11 +168,34 @@ def test_device_properties():
 
 
 def test_device_properties_of_a_missing_core():
+    """TorchNeuron's ValueError (CUDA raises AssertionError), for any index that names no core."""
     count = torch.neuron.device_count()
-    with pytest.raises(AssertionError, match=f"neuron:{count}"):
-        torch.neuron.get_device_properties(count)
+    for index in (count, count + 10, -1, 2**32):
+        with pytest.raises(ValueError, match=rf"^Invalid device id: {index}\. Valid range is 0 to "
+                                             rf"{count - 1} .*NEURON_RT_VISIBLE_CORES"):
+            torch.neuron.get_device_properties(index)
     with pytest.raises(ValueError, match="Expected a neuron device"):
         torch.neuron.get_device_properties("cpu")
+
+
+def test_device_name_is_the_device_string():
+    """TorchNeuron names a device "neuron:<index>"; the core's generation is in its properties."""
+    assert torch.neuron.get_device_name() == f"neuron:{torch.neuron.current_device()}"
+    assert torch.neuron.get_device_name(0) == "neuron:0"
+    assert torch_neuronx.get_device_name(torch.device("neuron", 0)) == "neuron:0"
+    for bad in ("invalid", "neuron:0", 1.0):
+        with pytest.raises(ValueError, match="^Incorrect device argument found, expected "
+                                             "torch.device or int type, found <class"):
+            torch.neuron.get_device_name(bad)
+    with pytest.raises(ValueError, match="Expected a neuron device, got cpu"):
+        torch.neuron.get_device_name(torch.device("cpu"))
+
+
+@needs_two
+def test_device_name_of_another_core():
+    assert torch.neuron.get_device_name(1) == "neuron:1"
+    with torch.neuron.device(1):
+        assert torch.neuron.get_device_name() == "neuron:1"
 
 
 def test_properties_keep_the_configured_profile(monkeypatch):
@@ -203,13 +226,33 @@ def test_set_device_and_current_device():
 
 
 def test_set_device_rejects_bad_devices():
+    """TorchNeuron's errors: set_device's ValueError, the runtime's RuntimeError for a tensor or
+    a stream on a core that does not exist (both then name the variables that set the count)."""
     count = torch.neuron.device_count()
-    with pytest.raises(RuntimeError, match=f"Invalid device index neuron:{count}.*NEURON_RT_VISIBLE_CORES"):
+    with pytest.raises(ValueError, match=rf"^Invalid device id: {count}\. Valid range is 0 to "
+                                         rf"{count - 1} .*NEURON_RT_VISIBLE_CORES"):
         torch.neuron.set_device(count)
     with pytest.raises(ValueError, match="Expected a neuron device"):
         torch.neuron.set_device("cpu")
-    with pytest.raises(RuntimeError, match="Invalid device index"):
-        torch.ones(1, device=f"neuron:{count}")
+    out_of_range = (rf"^Device index {count + 16} is out of range\. Valid range is 0 to {count - 1} "
+                    r"for this process .*NEURON_RT_VISIBLE_CORES")
+    with pytest.raises(RuntimeError, match=out_of_range):
+        torch.ones(1, device=f"neuron:{count + 16}")
+    with pytest.raises(RuntimeError, match=out_of_range):
+        torch.tensor([2.0]).to(f"neuron:{count + 16}")
+    with pytest.raises(RuntimeError, match=out_of_range):
+        torch.neuron.Stream(device=count + 16)
+    assert torch.neuron.current_device() == 0
+
+
+def test_device_context_manager_rejects_a_missing_core():
+    count = torch.neuron.device_count()
+    context = torch.neuron.device(count)
+    with pytest.raises(ValueError, match=rf"^Invalid device id: {count}\."):
+        context.__enter__()
+    with pytest.raises(ValueError, match=rf"^Invalid device id: {count}\."):
+        with torch_neuronx.device(f"neuron:{count}"):
+            pass
     assert torch.neuron.current_device() == 0
 
 
@@ -510,7 +553,7 @@ def test_autoload_with_default_profile(fresh):
     ]
     assert data["last_device"] == "neuron:3"
     assert data["value"] == float(sum(i * i for i in range(6)))
-    assert "Invalid device index neuron:4" in data["beyond"]
+    assert "Device index 4 is out of range" in data["beyond"]
 
 
 def test_autoload_can_be_disabled(fresh):
@@ -538,7 +581,7 @@ def test_visible_cores_on_trn3(fresh):
         ["NeuronCore-v4", 36 * GiB, "trn3.3xlarge", "NeuronCore-v4", core] for core in (2, 3)
     ]
     assert data["last_device"] == "neuron:1"
-    assert "Invalid device index neuron:2" in data["beyond"]
+    assert "Device index 2 is out of range" in data["beyond"]
 
 
 def test_single_visible_core(fresh):
@@ -546,7 +589,7 @@ def test_single_visible_core(fresh):
     assert data["count"] == 1
     assert data["props"] == [["NeuronCore-v3", 24 * GiB, "trn2.3xlarge", "NeuronCore-v3", 2]]
     assert data["last_device"] == "neuron:0"
-    assert "Invalid device index neuron:1" in data["beyond"]
+    assert "Device index 1 is out of range" in data["beyond"]
 
 
 def test_trn1_profile(fresh):
@@ -582,7 +625,7 @@ def test_lnc1_doubles_the_cores_and_halves_their_hbm(fresh):
     assert data["count"] == 8 and data["lnc"] == [1]
     assert data["props"] == [["NeuronCore-v3", 12 * GiB, "trn2.3xlarge", "NeuronCore-v3", i] for i in range(8)]
     assert data["last_device"] == "neuron:7" and data["value"] == 55.0
-    assert "Invalid device index neuron:8" in data["beyond"]
+    assert "Device index 8 is out of range" in data["beyond"]
     assert "NeuronCore 0 has a total capacity of 12.00 GiB" in data["over_capacity"]
 
 
@@ -593,7 +636,7 @@ def test_num_cores_takes_the_first_logical_cores(fresh):
     assert [p[4] for p in data["props"]] == list(range(127))
     assert {(p[1], p[2]) for p in data["props"]} == {(18 * GiB, "trn3.48xlarge")}
     assert data["last_device"] == "neuron:126"
-    assert "Invalid device index neuron:127: this process sees 127 NeuronCore(s)" in data["beyond"]
+    assert "Valid range is 0 to 126 for this process (it sees 127 NeuronCore(s)" in data["beyond"]
 
 
 def test_visible_cores_win_over_num_cores(fresh):

@@ -542,8 +542,11 @@ def test_neuron_zero_dim_tensor_with_cpu_tensor_is_rejected_like_cuda():
     ids=["add", "radd", "mm", "cat", "where", "add_"],
 )
 def test_non_scalar_cpu_tensor_with_neuron_tensor_raises(fn):
-    with pytest.raises(RuntimeError, match=r"Expected all tensors to be on the same device.*neuron:0.*cpu|"
-                                           r"Expected all tensors to be on the same device.*cpu.*neuron:0"):
+    """CUDA's sentence, then TorchNeuron's ("... is on cpu device, expected neuron")."""
+    with pytest.raises(RuntimeError, match=r"^Expected all tensors to be on the same device, but found at "
+                                           r"least two devices, neuron:0 and cpu! Non-scalar tensor "
+                                           r"argument '\w+' of aten::\w+(\.\w+)? is on cpu device, "
+                                           r"expected neuron; move it"):
         fn(torch.randn(4, device=NEURON), torch.randn(4))
 
 
@@ -761,6 +764,39 @@ def test_to_same_device_is_a_no_op():
     assert dev.to(NEURON, copy=True) is not dev
 
 
+def test_copy_from_and_resize_takes_host_sources_of_the_same_size():
+    """PyTorch's CPU fallback writes results back through _copy_from_and_resize: from the host
+    into a tensor of the same size, or an empty one (resized), as TorchNeuron and OpenReg do."""
+    src = torch.randn(10, 20)
+    empty = torch.empty(0, device=NEURON)
+    assert torch._copy_from_and_resize(src, empty) is empty
+    torch.testing.assert_close(empty.cpu(), src, **EXACT)
+    with pytest.raises(RuntimeError, match=r"^_copy_from_and_resize now only support copy with same "
+                                           r"size, or dst.numel\(\) == 0! Got src \[10, 20\] and "
+                                           r"dst \[5, 5\]"):
+        torch._copy_from_and_resize(src, torch.empty(5, 5, device=NEURON))
+    device_src = torch.empty(10, 10, device=NEURON)
+    for dst in (torch.empty(0, device=NEURON), torch.empty(0)):
+        with pytest.raises(RuntimeError, match="^_copy_from_and_resize now only support copy from "
+                                               f"cpu tensor to neuron tensor, but got src tensor "
+                                               f"device is neuron:0 and dst device is {dst.device}"):
+            torch._copy_from_and_resize(device_src, dst)
+
+
+def test_set_takes_neuron_memory_only():
+    target = torch.empty(0, device=NEURON)
+    with pytest.raises(RuntimeError, match="^set_: expected neuron source tensor, but got source "
+                                           "tensor on device cpu"):
+        target.set_(torch.randn(3))
+    with pytest.raises(RuntimeError, match="^set_: expected neuron storage, but got storage on "
+                                           "device cpu"):
+        target.set_(torch.randn(3).untyped_storage())
+    with pytest.raises(RuntimeError, match="^set_: expected neuron storage"):
+        target.set_(torch.randn(3).untyped_storage(), 0, (3,), (1,))
+    source = torch.arange(3.0, device=NEURON)
+    assert target.set_(source).data_ptr() == source.data_ptr()
+
+
 @needs_two_cores
 def test_copy_neuron0_to_neuron1_with_copy_():
     x = torch.randn(5, 6)
@@ -909,3 +945,14 @@ def test_histc_on_integer_tensors_like_cuda():
     torch.testing.assert_close(torch.histc(values.to("neuron"), 20, -2, 2).cpu(), torch.histc(values, 20, -2, 2))
     out = torch.empty(0, device="neuron")
     assert torch.histc(values.to("neuron"), 5, out=out) is out and out.shape == (5,)
+
+
+def test_histc_out_of_another_dtype_is_refused():
+    """As on CPU, CUDA and Trainium (TorchNeuron's wording: torch dtype names)."""
+    x = torch.randn(100, device="neuron")
+    out = torch.zeros(10, dtype=torch.int32, device="neuron")
+    with pytest.raises(RuntimeError, match=r"^torch\.histogram: input tensor and hist tensor should "
+                                           r"have the same dtype, but got input torch\.float32 and "
+                                           r"hist torch\.int32"):
+        torch.histc(x, bins=10, out=out)
+    assert out.cpu().eq(0).all()

@@ -150,6 +150,58 @@ def test_fallback_only_for_unimplemented_ops(value):
     assert out.stdout.splitlines()[1] == "raised True"
 
 
+# Each call breaks one limit of Trainium's device kernels; prints "ok <values>" or "raised <message>".
+DEVICE_LIMITS = textwrap.dedent("""
+    import torch
+    def attempt(name, call):
+        try:
+            print(name, 'ok', call().cpu().flatten().tolist())
+        except RuntimeError as error:
+            print(name, 'raised', str(error).replace(chr(10), ' '))
+    m = torch.ones(3, 3, device='neuron')
+    attempt('add_', lambda: m[:, 1].add_(2))                 # an in-place fast-path kernel
+    attempt('exp_', lambda: m.t()[0].exp_())                  # an in-place alias kernel
+    attempt('fill_', lambda: m[:, 2].fill_(5))                # data movement writes any view
+    attempt('channels_last', lambda: torch.ones(1, 2, 1, 2, device='neuron').contiguous(
+        memory_format=torch.channels_last))
+    attempt('to_channels_last', lambda: torch.ones(1, 2, 1, 2).to('neuron', memory_format=torch.channels_last))
+    attempt('cross_core', lambda: torch.zeros(2, device='neuron:1').copy_(torch.ones(2, device='neuron:0')))
+    attempt('same_core', lambda: torch.zeros(2, device='neuron:0').copy_(torch.ones(2, device='neuron:0')))
+""")
+PREFIX = ("CPU fallback disabled because TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=1. "
+          "Operation aten::")
+
+
+def test_device_kernel_limits_raise_only_when_fallback_is_only_for_unimplemented_ops():
+    """Trainium retries these calls on the CPU unless the variable is 1; with 1 they raise in
+    AWS's words (the limit, then what to do)."""
+    lines = {}
+    for value in ("0", "1"):
+        out = run(DEVICE_LIMITS, TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=value)
+        assert out.returncode == 0, out.stderr
+        lines[value] = dict(line.split(" ", 1) for line in out.stdout.splitlines())
+    exp_ = lines["0"].pop("exp_").split(" ", 1)
+    assert exp_[0] == "ok" and json.loads(exp_[1]) == pytest.approx([2.718281828] * 3)
+    assert lines["0"] == {
+        "add_": "ok [3.0, 3.0, 3.0]", "fill_": "ok [5.0, 5.0, 5.0]",
+        "channels_last": "ok [1.0, 1.0, 1.0, 1.0]", "to_channels_last": "ok [1.0, 1.0, 1.0, 1.0]",
+        "cross_core": "ok [1.0, 1.0]", "same_core": "ok [1.0, 1.0]"}
+    strict = lines["1"]
+    assert strict["add_"].startswith("raised " + PREFIX + "add_.Tensor failed to execute on Neuron: "
+                                     "Cannot process non-contiguous tensors: 'self' is written in place")
+    assert strict["exp_"].startswith("raised " + PREFIX + "exp_ failed to execute on Neuron: Cannot "
+                                     "process non-contiguous tensors")
+    assert "copy_ it into the view" in strict["exp_"]
+    assert strict["fill_"] == "ok [5.0, 5.0, 5.0]"
+    # Not emulated (docs/env-vars.md): Trainium refuses these two but accepts empty() and clone()
+    # in channels-last, which allocate alike here.
+    assert strict["channels_last"] == strict["to_channels_last"] == "ok [1.0, 1.0, 1.0, 1.0]"
+    assert strict["cross_core"].startswith("raised " + PREFIX + "copy_ failed to execute on Neuron: "
+                                           "Device-to-device copy requires tensors on same Neuron core, "
+                                           "got neuron:1 and neuron:0")
+    assert strict["same_core"] == "ok [1.0, 1.0]"
+
+
 # ------------------------------------------------------------ NEURON_LAUNCH_BLOCKING
 
 ERROR_AT_LAUNCH = textwrap.dedent("""

@@ -204,6 +204,19 @@ def test_autocast_off_for_cpu_and_disabled_regions():
     assert (a.to(NEURON) @ b.to(NEURON)).dtype == torch.float32
 
 
+def test_autocast_bans_binary_cross_entropy():
+    """As CUDA and Trainium do: BCE on a sigmoid's output is unsafe in a lower precision."""
+    probs, target = torch.rand(4, device=NEURON), torch.rand(4, device=NEURON)
+    with torch.autocast("neuron", dtype=torch.bfloat16):
+        for call in (lambda: F.binary_cross_entropy(probs, target), lambda: nn.BCELoss()(probs, target)):
+            with pytest.raises(RuntimeError, match="(?s)binary_cross_entropy and torch.nn.BCELoss are "
+                                                   "unsafe to autocast.*binary_cross_entropy_with_logits"):
+                call()
+        assert F.binary_cross_entropy_with_logits(probs, target).dtype == torch.float32
+    torch.testing.assert_close(F.binary_cross_entropy(probs, target).cpu(),
+                               F.binary_cross_entropy(probs.cpu(), target.cpu()), rtol=1e-6, atol=1e-6)
+
+
 def test_bf16_autocast_training_step_without_grad_scaler():
     base = TransformerClassifier(bias=False)
     cpu_model, dev_model = copy.deepcopy(base), copy.deepcopy(base).to(NEURON)

@@ -309,14 +309,22 @@ launch_blocking = _declare(
 fallback_only_for_unimplemented_ops = _declare(
     "TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS", False, parse_flag, IMPORT, RUNTIME,
     doc=('AWS: "When `1`, only falls back to CPU for unimplemented ops, not execution errors." On '
-         "Trainium an op that has a device implementation but fails when it executes is retried on"
-         " the CPU unless this is `1`. The emulator's device kernels are CPU kernels on the device"
-         " memory, so a CPU retry would fail the same way: it never retries, and an op that fails "
-         "raises its error (as with `1`) whatever the value. Ops without a device implementation "
-         "(outside the native op set) run through the CPU fallback with either value, as "
-         "`TORCH_NEURONX_FALLBACK` says. Not emulated: the CPU retry of `0` (which on Trainium "
-         "hides device execution errors). Any other value makes the import fail, naming the "
-         "variable."))
+         "Trainium a native op whose device kernel cannot take its arguments is retried on the CPU "
+         "unless this is `1`; with `1` it raises `RuntimeError: CPU fallback disabled because "
+         "TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=1. Operation ... failed to execute on "
+         "Neuron: ...` followed by the kernel's reason. The emulator raises so, with `1`, for the "
+         "device kernels' limits: a compute op writing in place into a non-contiguous view "
+         "(`Cannot process non-contiguous tensors`; copies, fills and scatters write any view), a "
+         "copy between two NeuronCores (`Device-to-device copy requires tensors on same Neuron "
+         "core`). With `0` (the default) those calls run, as the "
+         "CPU retry makes them run on Trainium. An op that fails for any other reason raises its "
+         "error with either value (its kernel is a CPU kernel: a CPU retry would fail the same "
+         "way). Ops without a device implementation (outside the native op set) run through the "
+         "CPU fallback with either value, as `TORCH_NEURONX_FALLBACK` says. Not emulated: calls "
+         "retried under `0` are not listed by `get_fallback_ops()`; Trainium's refusal of "
+         "channels-last in `contiguous()` and `.to()` under `1` (its `empty()` and `clone()` "
+         "accept it; here all four allocate alike). Any other value makes the "
+         "import fail, naming the variable."))
 audit_dir = _declare(
     "TORCH_NEURONX_AUDIT_DIR", None, _text, IMPORT, RUNTIME,
     values="a directory",

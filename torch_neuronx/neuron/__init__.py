@@ -113,14 +113,27 @@ def _get_device_index(device: Any = None, optional: bool = True) -> int:
     raise TypeError(f"Cannot interpret {device!r} as a neuron device")
 
 
+def _existing(index: int) -> int:
+    """``index`` when that core exists, else AWS's ValueError (set_device, device(),
+    get_device_properties), then where the core count comes from."""
+    count = device_count()
+    if not 0 <= index < count:
+        raise ValueError(
+            f"Invalid device id: {index}. Valid range is 0 to {count - 1} (this process sees {count} "
+            "NeuronCore(s): see TORCH_NEURONX_INSTANCE, NEURON_LOGICAL_NC_CONFIG, "
+            "NEURON_RT_VISIBLE_CORES and NEURON_RT_NUM_CORES)")
+    return index
+
+
 def current_device() -> int:
     return _C._current_device()
 
 
 def set_device(device: Any) -> None:
+    """Makes ``device`` the current core; a negative index is a no-op (as for CUDA)."""
     index = _get_device_index(device)
     if index >= 0:
-        _C._set_device(index)
+        _C._set_device(_existing(index))
 
 
 class device:
@@ -132,7 +145,7 @@ class device:
 
     def __enter__(self):
         if self.index >= 0:
-            self.previous = _C._exchange_device(self.index)
+            self.previous = _C._exchange_device(_existing(self.index))
 
     def __exit__(self, *exc):
         if self.index >= 0:
@@ -169,9 +182,7 @@ class NeuronDeviceProperties:
 
 
 def get_device_properties(device: Any = None) -> NeuronDeviceProperties:
-    index = _get_device_index(device)
-    if not 0 <= index < device_count():
-        raise AssertionError(f"Invalid device id neuron:{index}; {device_count()} visible")
+    index = _existing(_get_device_index(device))
     profile = _PROFILE
     physical = _VISIBLE_CORES[index]
     generation = int(profile.core_generation.rsplit("v", 1)[1])
@@ -188,7 +199,14 @@ def get_device_properties(device: Any = None) -> NeuronDeviceProperties:
 
 
 def get_device_name(device: Any = None) -> str:
-    return get_device_properties(device).name
+    """The device's name as TorchNeuron gives it, ``"neuron:<index>"`` (the current core's
+    for None); the core's generation is ``get_device_properties(device).name``. As on
+    Trainium, only an int or a torch.device is accepted."""
+    if device is None or isinstance(device, (int, torch.device)):
+        return f"neuron:{_get_device_index(device)}"
+    raise ValueError(
+        "Incorrect device argument found, expected torch.device or int type, found "
+        f"{type(device)} (pass the core's index or torch.device('neuron:<index>'))")
 
 
 def get_device_capability(device: Any = None) -> tuple[int, int]:

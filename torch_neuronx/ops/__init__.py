@@ -154,12 +154,13 @@ def apply_env_policies() -> None:
     """Reads TORCH_NEURONX_FALLBACK, TORCH_NEURONX_FP64, NEURON_LAUNCH_BLOCKING and
     TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS."""
     # The emulator already runs every launch synchronously (an op's error is
-    # raised by the call that launched it), and it never retries a failed op on
-    # the CPU (its kernels are CPU kernels: a retry would fail the same way), so
-    # both are what `1` asks for on Trainium: the values are only validated (a
-    # typo is an error). docs/env-vars.md says what is not emulated.
+    # raised by the call that launched it): that value is only validated (a typo
+    # is an error). It never retries a failed op on the CPU (its kernels are CPU
+    # kernels: a retry would fail the same way); what `1` adds is the device
+    # kernels' limits, raised instead of retried (csrc/DeviceLimits.h).
+    # docs/env-vars.md says what is not emulated.
     config.launch_blocking()
-    config.fallback_only_for_unimplemented_ops()
+    _C._set_device_limits_enforced(config.fallback_only_for_unimplemented_ops())
     _C._set_fallback_mode(_FALLBACK_MODES[config.fallback_mode()])
     _C._set_fp64_mode(_FP64_MODES[config.fp64_mode()])
 

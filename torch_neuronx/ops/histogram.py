@@ -27,6 +27,11 @@ def histc(self: torch.Tensor, bins: int = 100, min=0, max=0) -> torch.Tensor:
 
 
 def histc_out(self: torch.Tensor, bins: int = 100, min=0, max=0, *, out: torch.Tensor) -> torch.Tensor:
+    # CPU and CUDA refuse an out= of another dtype, and so does Trainium (in these words).
+    if out.dtype != self.dtype:
+        raise RuntimeError(
+            "torch.histogram: input tensor and hist tensor should have the same dtype, but got "
+            f"input {self.dtype} and hist {out.dtype} (pass out= of dtype {self.dtype})")
     counts = _counts(self, bins, min, max)
     out.resize_(counts.shape)
     out.copy_(counts)

@@ -228,6 +228,94 @@ def test_select_backward_is_one_kernel(tracked):
     torch.testing.assert_close(x.grad.cpu(), torch.zeros(3, 4).index_fill_(0, torch.tensor([1]), 2.0))
 
 
+# Each op of registry.ONE_KERNEL_COMPOSITES: one tracked call of the op itself, none of its
+# parts, the CPU's result. Float32 inputs; the composites compute in float32 on both sides,
+# so the same arithmetic: rtol/atol 1e-6 leaves room for summation order only.
+_F = torch.nn.functional
+_INDEX = torch.tensor([0, 2, 2])
+
+
+@pytest.mark.parametrize("op, call, args", [
+    ("aten::isfinite", torch.isfinite, (torch.tensor([1.0, float("inf"), float("nan"), -float("inf"), 0.0]),)),
+    ("aten::one_hot", _F.one_hot, (torch.tensor([0, 3, 1]),)),
+    ("aten::one_hot", lambda t: _F.one_hot(t, 6), (torch.tensor([[0, 5], [1, 1]]),)),
+    ("aten::linear", _F.linear, (torch.randn(4, 3), torch.randn(5, 3), torch.randn(5))),
+    ("aten::_fused_rms_norm", lambda x, w: torch.ops.aten._fused_rms_norm(x, [6], w, 1e-5)[0],
+     (torch.randn(4, 6), torch.randn(6))),
+    ("aten::silu_backward", torch.ops.aten.silu_backward, (torch.randn(4, 3), torch.randn(4, 3))),
+    ("aten::index_select_backward", lambda g, i: torch.ops.aten.index_select_backward(g, [4, 3], 0, i),
+     (torch.randn(3, 3), _INDEX)),
+    ("aten::value_selecting_reduction_backward",
+     lambda g, i: torch.ops.aten.value_selecting_reduction_backward(g, 0, i, [4, 3], False),
+     (torch.randn(3), _INDEX)),
+])
+def test_composite_runs_as_one_kernel(tracked, op, call, args):
+    on_device = [a.to(DEVICE) for a in args]
+    torch_neuronx.clear_op_tracking()  # the copies to the device
+    got = call(*on_device)
+    executed = torch_neuronx.get_executed_ops()
+    assert executed == {op: 1}, executed
+    torch.testing.assert_close(got.cpu(), call(*args), rtol=1e-6, atol=1e-6)
+
+
+def _grads_on_both(fn, *tensors):
+    """fn's value and its inputs' gradients on the device and on the CPU, and the device
+    ops the backward ran."""
+    cpu = [t.clone().requires_grad_() for t in tensors]
+    dev = [t.to(DEVICE).requires_grad_() for t in tensors]
+    fn(*cpu).sum().backward()
+    torch_neuronx.clear_op_tracking()
+    fn(*dev).sum().backward()
+    executed = torch_neuronx.get_executed_ops()
+    for have, want in zip(dev, cpu):
+        torch.testing.assert_close(have.grad.cpu(), want.grad, rtol=1e-5, atol=1e-6)
+    return executed
+
+
+def test_linear_backward_is_one_kernel(tracked):
+    executed = _grads_on_both(_F.linear, torch.randn(2, 4, 3), torch.randn(5, 3), torch.randn(5))
+    assert executed.get("aten::linear") == 1 and executed.get("aten::linear_backward") == 1, executed
+    assert "aten::t" not in executed and "aten::addmm" not in executed, executed
+
+
+def test_rms_norm_and_its_backward_are_one_kernel_each(tracked):
+    executed = _grads_on_both(lambda x, w: _F.rms_norm(x, [6], w, 1e-5), torch.randn(4, 6), torch.randn(6))
+    assert executed.get("aten::_fused_rms_norm") == 1, executed
+    assert executed.get("aten::_fused_rms_norm_backward") == 1, executed
+    assert "aten::rsqrt" not in executed and "aten::pow.Tensor_Scalar" not in executed, executed
+
+
+def test_max_backward_is_one_value_selecting_kernel(tracked):
+    executed = _grads_on_both(lambda x: x.max(1)[0], torch.randn(4, 5))
+    assert executed.get("aten::value_selecting_reduction_backward") == 1, executed
+
+
+_WEIGHTS = torch.arange(8.0).view(4, 2)  # makes the gradient differ per element
+
+
+@pytest.mark.parametrize("call, grad, index", [
+    (lambda g, i: torch.ops.aten.index_select_backward(g, [4, 2], 0, i), torch.randn(3, 2), torch.tensor([1, 3, 3])),
+    (lambda g, i: torch.ops.aten.value_selecting_reduction_backward(g, 0, i, [4, 2], False), torch.randn(2),
+     torch.tensor([3, 0])),
+], ids=["index_select_backward", "value_selecting_reduction_backward"])
+def test_a_gradient_through_a_backward_composite_stays_exact(tracked, call, grad, index):
+    # No autograd formula for these (the CPU differentiates the composite): a call whose
+    # input requires grad runs the composite on the device too (ops/composites.py).
+    executed = _grads_on_both(lambda g: call(g, index.to(g.device)) * _WEIGHTS.to(g.device), grad)
+    assert not any("index_select_backward" in op or "value_selecting" in op for op in executed), executed
+
+
+def test_composites_still_compile(tracked, fresh_dynamo):
+    # The compiler decomposes them while tracing, as before they were native.
+    def fn(x, w):
+        return _F.rms_norm(_F.linear(torch.isfinite(x).float() * x, w), [5], None, 1e-5)
+
+    compiled = torch.compile(fn, backend="neuron", fullgraph=True)
+    x, w = torch.randn(4, 3), torch.randn(5, 3)
+    torch.testing.assert_close(compiled(x.to(DEVICE), w.to(DEVICE)).cpu(), fn(x, w), rtol=1e-5, atol=1e-5)
+    assert torch_neuronx.get_fallback_ops() == {}
+
+
 # ----------------------------------------------------------------- the command
 
 
@@ -248,7 +336,7 @@ def test_ops_command_prints_the_source(capsys):
 def test_ops_command_lists_the_differences(capsys):
     out = _ops(capsys, "--differences")
     differing = {record.op for record in evidence.differences()}
-    assert "linear" in differing and "linalg_qr" not in differing
+    assert "new_empty" in differing and "linear" not in differing and "linalg_qr" not in differing
     for name in differing:
         assert f"  {name}: TorchNeuron:" in out
     listed = {op["op"] for op in json.loads(_ops(capsys, "--differences", "--json"))["ops"]}

@@ -15,6 +15,7 @@ from torch_neuronx.ops.registry import (
     FAST_PATH_OVERLOADS,
     MASK_INDEX_OVERLOADS,
     NATIVE_OPS,
+    ONE_KERNEL_COMPOSITES,
     base_name,
 )
 
@@ -49,6 +50,12 @@ def _has_own_cpu_kernel(qualified: str) -> bool:
     )
 
 
+def _served_by_alias(base: str, qualified: str) -> bool:
+    """The alias kernel can run the overload: it has a CPU kernel of its own, or it is
+    one of ONE_KERNEL_COMPOSITES, whose CPU key resolves to PyTorch's composite."""
+    return _has_own_cpu_kernel(qualified) or base in ONE_KERNEL_COMPOSITES
+
+
 def _draws_from_default_generator(name: str) -> bool:
     """A random op overload without a Generator argument (randperm(n), rand(...)):
     left to its composite, which calls the generator overload with None; the
@@ -76,7 +83,7 @@ def native_overloads() -> list[tuple[str, int]]:
         for name in _overloads(base):
             qualified = "aten::" + name
             if name in FAST_PATH_OVERLOADS or name in MASK_INDEX_OVERLOADS \
-                    or not _has_own_cpu_kernel(qualified) or _draws_from_default_generator(name):
+                    or not _served_by_alias(base, qualified) or _draws_from_default_generator(name):
                 continue
             result.append((name, _flags(base)))
     return result
@@ -116,10 +123,19 @@ def _tracked(qualified: str, kernel):
 
 def _register_python_kernels(kernels: dict, key: str = "PrivateUse1") -> None:
     """Native ops implemented in Python (ops/rnn.py, histogram.py, topk.py, float8.py, sparse.py,
-    sync_batch_norm.py, linear.py) for a neuron key."""
+    sync_batch_norm.py, linear.py, composites.py) for a neuron key."""
     library = torch.library.Library("aten", "IMPL")
     for name, kernel in kernels.items():
         library.impl(name, patching.hide_from_dynamo(_tracked("aten::" + name, kernel)), key)
+    _python_kernels.append(library)
+
+
+def _register_autograd_kernels(kernels: dict) -> None:
+    """AutogradPrivateUse1 kernels of ONE_KERNEL_COMPOSITES that have no autograd formula
+    (ops/composites.py); not counted: they run the op's kernel or its composite."""
+    library = torch.library.Library("aten", "IMPL")
+    for name, kernel in kernels.items():
+        library.impl(name, patching.hide_from_dynamo(kernel), "AutogradPrivateUse1")
     _python_kernels.append(library)
 
 
@@ -133,7 +149,7 @@ def _register_meta_kernels(kernels: dict) -> None:
 
 
 def register() -> None:
-    from torch_neuronx.ops import float8, histogram, linear, rnn, sparse, sync_batch_norm, topk
+    from torch_neuronx.ops import composites, float8, histogram, linear, rnn, sparse, sync_batch_norm, topk
 
     _C._register_native_ops(native_overloads())
     _C._record_op_flags(fronted_overloads())
@@ -145,6 +161,8 @@ def register() -> None:
         _register_python_kernels(sync_batch_norm.KERNELS)
         _register_meta_kernels(sync_batch_norm.META_KERNELS)
         _register_python_kernels(linear.KERNELS)
+        _register_python_kernels(composites.KERNELS)
+        _register_autograd_kernels(composites.AUTOGRAD_KERNELS)
         _register_python_kernels(sparse.KERNELS)
         _register_python_kernels(sparse.CSR_KERNELS, "SparseCsrPrivateUse1")
         sparse.register_fallbacks(_python_kernels)

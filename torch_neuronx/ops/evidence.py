@@ -68,7 +68,8 @@ def _one_kernel(op: str, where: str, emulated: bool, note: str = "") -> Evidence
     return Evidence(op, ONE_KERNEL, f"{_PY_REGISTERED}{where}", emulated, note)
 
 
-_DECOMPOSED = "here PyTorch's composite runs it as several device kernels (the audit counts each)"
+_COMPOSITE = ("a CompositeImplicitAutograd op: here in registry.ONE_KERNEL_COMPOSITES, its composite runs "
+              "inside one device kernel")
 
 RECORDS: tuple[Evidence, ...] = (
     # ----------------------------------------------------- run on the host by the release
@@ -90,9 +91,8 @@ RECORDS: tuple[Evidence, ...] = (
              "all-false mask runs nonzero on the device", emulated=True,
              note="boolean masks only (csrc/MaskIndex.cpp); integer indices take one index kernel"),
     # ----------------------------------------------------- one device kernel in the release
-    _one_kernel("linear", "torch_mlir/ops/linear_algebra.py (aten::linear, linear.out)", False,
-                "a CompositeImplicitAutograd op: here t + addmm (or matmul); one kernel needs an autograd "
-                "registration with a linear_backward kernel, not done yet"),
+    _one_kernel("linear", "torch_mlir/ops/linear_algebra.py (aten::linear, linear.out)", True,
+                _COMPOSITE + "; its gradient is PyTorch's formula: one linear_backward kernel (ops/linear.py)"),
     _one_kernel("full", "torch_mlir/ops/creation.py (aten::full, full.out)", True),
     _one_kernel("zeros", "torch_mlir/ops/creation.py (aten::zeros, zeros.out)", True),
     _one_kernel("ones", "torch_mlir/ops/creation.py (aten::ones, ones.out)", True),
@@ -101,26 +101,24 @@ RECORDS: tuple[Evidence, ...] = (
              "for PrivateUse1 (an allocation)", emulated=False,
              note="here PyTorch's composite calls empty on the device: one allocation either way, "
                   "which the audit does not count as a kernel"),
-    _one_kernel("isfinite", "torch_mlir/ops/comparison.py (aten::isfinite)", False,
-                "a CompositeImplicitAutograd op; " + _DECOMPOSED),
-    _one_kernel("one_hot", "torch_mlir/ops/embedding.py (aten::one_hot)", False,
-                "a CompositeImplicitAutograd op whose composite reads the maximum on the host; " + _DECOMPOSED),
+    _one_kernel("isfinite", "torch_mlir/ops/comparison.py (aten::isfinite)", True, _COMPOSITE),
+    _one_kernel("one_hot", "torch_mlir/ops/embedding.py (aten::one_hot)", True,
+                _COMPOSITE + " (without num_classes it reads the maximum inside the kernel, no separate host read)"),
     Evidence("arange", ONE_KERNEL, f"{_PY_REGISTERED}torch_mlir/ops/creation.py (arange, arange.start_out)",
              emulated=True, note="native here too: every overload is one kernel"),
-    _one_kernel("_fused_rms_norm", "torch_mlir/ops/normalization.py", False,
-                "a CompositeImplicitAutograd op; " + _DECOMPOSED),
-    _one_kernel("_fused_rms_norm_backward", "torch_mlir/ops/normalization.py", False,
-                "reached only through _fused_rms_norm's own autograd, which runs as its parts here"),
-    _one_kernel("silu_backward", "torch_mlir/ops/activation.py (aten::silu_backward)", False,
-                "the functional overload is a CompositeImplicitAutograd op here (its grad_input= form is "
-                "native); " + _DECOMPOSED),
-    _one_kernel("index_select_backward", "torch_mlir/ops/indexing.py", False,
-                "a CompositeImplicitAutograd op; " + _DECOMPOSED),
+    _one_kernel("_fused_rms_norm", "torch_mlir/ops/normalization.py", True,
+                _COMPOSITE + "; its gradient is PyTorch's formula, one _fused_rms_norm_backward kernel"),
+    _one_kernel("_fused_rms_norm_backward", "torch_mlir/ops/normalization.py", True,
+                "a direct kernel (ops/composites.py): PyTorch's decomposition on host aliases"),
+    _one_kernel("silu_backward", "torch_mlir/ops/activation.py (aten::silu_backward)", True,
+                "the functional overload: " + _COMPOSITE[2:]),
+    _one_kernel("index_select_backward", "torch_mlir/ops/indexing.py", True,
+                _COMPOSITE + "; a call a gradient flows through (double backward) runs the composite"),
     _one_kernel("slice_backward", "torch_mlir/ops/indexing.py", True),
     Evidence("select_backward", ONE_KERNEL, f"{SNAPSHOT}: torch_neuronx/csrc/core/NeuronBindings.cpp registers it "
              "for PrivateUse1", emulated=True),
-    _one_kernel("value_selecting_reduction_backward", "torch_mlir/ops/reduction.py", False,
-                "a CompositeImplicitAutograd op; " + _DECOMPOSED),
+    _one_kernel("value_selecting_reduction_backward", "torch_mlir/ops/reduction.py", True,
+                _COMPOSITE + "; a call a gradient flows through (double backward) runs the composite"),
     Evidence("embedding_dense_backward", ONE_KERNEL, f"{_PY_REGISTERED}torch_mlir/ops/misc.py",
              emulated=True, note="native here too"),
     Evidence("addmv", ONE_KERNEL, f"{_PY_REGISTERED}torch_mlir/ops/linear_algebra.py (addmv, addmv_, addmv.out)",

@@ -165,14 +165,14 @@ CPP_KERNELS = frozenset({
     "convolution_backward_overrideable", "native_dropout", "_has_compatible_shallow_copy_type",
 })
 # Python: the KERNELS of torch_neuronx/ops/rnn.py, histogram.py, topk.py, float8.py,
-# sync_batch_norm.py and linear.py. Those of the last two are CUDA-only ops (no CPU kernel
-# for the alias path) and compile through their decompositions (compiler/aot.py).
+# sync_batch_norm.py, linear.py and composites.py. Those of the last three have no CPU kernel
+# for the alias path (CUDA-only or autograd-only ops) and compile through their decompositions (compiler/aot.py).
 PYTHON_KERNELS = frozenset({
     "histc", "topk", "_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl",
     "_thnn_fused_gru_cell", "_thnn_fused_gru_cell_backward", "_scaled_mm", "_scaled_grouped_mm",
     "_scaled_mm_v2", "_scaled_grouped_mm_v2",
     "batch_norm_stats", "batch_norm_elemt", "batch_norm_backward_reduce", "batch_norm_backward_elemt",
-    "batch_norm_gather_stats_with_counts", "linear_backward",
+    "batch_norm_gather_stats_with_counts", "linear_backward", "_fused_rms_norm_backward",
 })
 DIRECT_KERNELS = CPP_KERNELS | PYTHON_KERNELS
 
@@ -190,7 +190,22 @@ FAST_PATH_OVERLOADS = frozenset({
 # one clear error elsewhere (ops/float8.py; at compile time compiler/float8.py).
 FP8_COMPUTE = frozenset({"_scaled_mm", "_scaled_grouped_mm", "_scaled_mm_v2", "_scaled_grouped_mm_v2"})
 
-NATIVE_OPS: frozenset[str] = frozenset(DATA_MOVEMENT) | frozenset(COMPUTE) | DIRECT_KERNELS
+# Ops PyTorch implements as a CompositeImplicitAutograd composite that the release
+# registers as one device kernel (ops/evidence.py). The alias kernel serves them as it
+# serves every native op: redispatched to the CPU key on host aliases, the composite
+# runs there, so its parts are no device calls of their own and the audit and
+# get_executed_ops() see the op itself. Autograd: linear, _fused_rms_norm, silu_backward
+# have PyTorch's own formulas for a backend that serves them (derivatives.yaml;
+# linear's calls linear_backward, _fused_rms_norm's _fused_rms_norm_backward: both direct
+# kernels; silu_backward has none, as on the CPU); isfinite and one_hot return no
+# floating tensor; index_select_backward and value_selecting_reduction_backward keep
+# their composites when a gradient flows through them (ops/composites.py). torch.compile decomposes each while tracing, as before.
+ONE_KERNEL_COMPOSITES = frozenset({
+    "isfinite", "one_hot", "linear", "_fused_rms_norm", "silu_backward", "index_select_backward",
+    "value_selecting_reduction_backward",
+})
+
+NATIVE_OPS: frozenset[str] = frozenset(DATA_MOVEMENT) | frozenset(COMPUTE) | DIRECT_KERNELS | ONE_KERNEL_COMPOSITES
 
 
 # ------------------------------------------------------------------ what a device call does

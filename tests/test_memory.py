@@ -231,10 +231,34 @@ def test_torch_accelerator_memory_api_agrees():
     del x
 
 
+def test_memory_stats_answer_torchneurons_names_too():
+    """TorchNeuron's names (nested byte stats, its two counters) on the same dict,
+    which iterates, compares and sizes as CUDA's flat one."""
+    torch.neuron.reset_accumulated_memory_stats(DEV)
+    before = torch_neuronx.memory_stats(DEV)
+    x = _bytes(3 * MiB)
+    stats = torch.neuron.memory_stats(f"neuron:{DEV}")
+    for name in ("allocated_bytes", "reserved_bytes", "active_bytes"):
+        assert name in stats and name not in list(stats)
+        assert stats[name] == {m: stats[f"{name}.all.{m}"] for m in METRICS}
+    assert stats["allocated_bytes"]["current"] - before["allocated_bytes"]["current"] == 3 * MiB
+    assert stats["allocation_requests"] == stats["allocation.all.allocated"] == before["allocation_requests"] + 1
+    del x
+    after = torch.neuron.memory_stats(DEV)
+    assert after["num_tensor_frees"] == stats["num_tensor_frees"] + 1 == after["allocation.all.freed"]
+    assert after.get("num_tensor_frees") == after["num_tensor_frees"] and after.get("nope", -1) == -1
+    with pytest.raises(KeyError):
+        after["allocated_bytes.all"]
+    assert all(isinstance(v, int) for v in after.values()) and len(after) == len(dict(after))
+    torch.neuron.reset_accumulated_memory_stats(DEV)
+    reset = torch_neuronx.memory_stats(DEV)
+    assert (reset["num_tensor_frees"], reset["allocation_requests"], reset["num_ooms"]) == (0, 0, 0)
+
+
 def test_memory_summary():
     x = _bytes(3 * MiB)
     summary = torch.neuron.memory_summary(DEV)
-    assert f"neuron:{DEV}" in summary
+    assert f"Neuron Memory Summary, Device {DEV} (neuron:{DEV}" in summary  # TorchNeuron's title
     for row in ("Allocated memory", "Reserved memory", "Active memory", "from large pool", "OOMs"):
         assert row in summary
     allocated = torch.neuron.memory_allocated(DEV) / MiB

@@ -9,6 +9,9 @@ used as on CUDA, and AWS's Neuron configuration of it (torch_neuronx.profiling).
   work as for CUDA; an HF Trainer with a profiler callback records device events.
 - NeuronConfig: the emulated options act (cores, event cap, output layout), the
   others warn; NEURON_RT_INSPECT_ENABLE profiles a whole process.
+- NeuronProfiler as TorchNeuron's wrapper: start/stop/is_active and the context
+  manager, one instance subdirectory per process and a timestamp directory per
+  capture, the PyTorch trace file, event filters, its errors.
 - Profiling does not change results (compared with CPU PyTorch, exact: the
   eager device runs the same CPU kernels).
 """
@@ -28,7 +31,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 import torch_neuronx
 from torch_neuronx import nki_op, profiling
-from torch_neuronx.profiling import NeuronConfig, NeuronProfiler, ProfileMode
+from torch_neuronx.profiling import NeuronConfig, NeuronProfiler, NRTProfilerError, ProfileMode
 
 from nki_examples import load_example
 
@@ -347,6 +350,87 @@ def test_neuron_config_warns_for_what_is_not_emulated():
     with profile(activities=ACTIVITIES, experimental_config=cpu_only) as prof:
         x + 1
     assert device_events(prof) == []  # neither RUNTIME nor DEVICE: no device events
+
+
+def _instance_dirs(root: Path) -> list[Path]:
+    return [d for d in root.iterdir() if d.is_dir() and "_pid_" in d.name]
+
+
+def test_neuron_profiler_wrapper_runtime_capture_only(tmp_path):
+    x = torch.ones(4, device="neuron")
+    profiler = NeuronProfiler(pytorch_activities=[], neuron_output_dir=str(tmp_path))
+    assert not profiler.has_pytorch_profiling() and profiler.pytorch_trace_file is None
+    assert not profiler.is_active() and profiler.get_nrt_output_directory() == str(tmp_path)
+    profiler.start()
+    assert profiler.is_active()
+    x + 1
+    profiler.stop()
+    assert not profiler.is_active()
+    (instance,) = _instance_dirs(tmp_path)  # one instance subdirectory
+    (capture,) = [d for d in instance.iterdir()]
+    assert (capture / "trace.json") == Path(profiler.paths[0])
+    trace = json.loads((capture / "trace.json").read_text())
+    assert [k["name"] for k in kernels(trace)] == ["aten::add.Tensor"]  # the runtime's stand-in: device events
+    assert not any(e.get("cat") == "cpu_op" for e in trace["traceEvents"])  # no PyTorch activity asked for
+    assert sorted(p.name for p in tmp_path.iterdir()) == [instance.name]  # no PyTorch trace file
+    assert profiler.get_pytorch_trace() is None
+
+
+def test_neuron_profiler_wrapper_with_pytorch_profiling(tmp_path):
+    x = torch.randn(8, 8, device="neuron")
+    with NeuronProfiler(pytorch_activities=[ProfilerActivity.CPU], record_shapes=True,
+                        pytorch_trace_file="custom.json", neuron_output_dir=str(tmp_path)) as prof:
+        assert prof.is_active()
+        y = torch.relu(x @ x)
+    assert not prof.is_active()
+    torch.testing.assert_close(y.cpu(), torch.relu(x.cpu() @ x.cpu()), rtol=0, atol=0)  # exact: same CPU kernels
+    assert prof.pytorch_trace_file == str(tmp_path / "custom.json")
+    trace = json.loads(Path(prof.pytorch_trace_file).read_text())
+    names = {e["name"] for e in trace["traceEvents"] if e.get("cat") == "cpu_op"}
+    assert {"aten::mm", "aten::relu"} <= names
+    assert any(e.get("args", {}).get("Input Dims") for e in trace["traceEvents"])  # record_shapes
+    assert "aten::mm" in prof.get_pytorch_trace()
+    prof.export_pytorch_trace(str(tmp_path / "again.json"))
+    assert json.loads((tmp_path / "again.json").read_text()) == trace
+    with prof:  # a second capture: same instance subdirectory, a new capture directory
+        x + 1
+    (instance,) = _instance_dirs(tmp_path)
+    assert len(list(instance.iterdir())) == 2 and len(set(prof.paths)) == 2
+    assert NeuronProfiler([ProfilerActivity.CPU]).has_pytorch_profiling()  # AWS's positional form
+    assert NeuronProfiler().neuron_output_dir == "./output"
+
+
+def test_neuron_profiler_wrapper_event_filters(tmp_path):
+    x0 = torch.ones(4, device="neuron:0")
+    x1 = torch.ones(4, device="neuron:1")
+    with pytest.warns(UserWarning, match=r"event_filters\['types'\].*not emulated"):
+        prof = NeuronProfiler(neuron_output_dir=str(tmp_path),
+                              event_filters={"nc": ["1", "3-4"], "types": ["cc_exec_barrier"]})
+    assert prof.config.cores == [1, 3, 4]
+    with prof:
+        x0 + 1
+        x1 + 1
+    trace = json.loads(Path(prof.paths[0]).read_text())
+    assert [k["pid"] for k in kernels(trace)] == [1]  # core 1 only
+    with pytest.raises(ValueError, match="capture_enabled_for_nc"):
+        NeuronProfiler(event_filters={"nc": ["4-2"]})
+
+
+def test_neuron_profiler_wrapper_errors(tmp_path):
+    profiler = NeuronProfiler(neuron_output_dir=str(tmp_path))
+    with pytest.raises(RuntimeError, match="Profiler is not active"):
+        profiler.stop()
+    with pytest.raises(ValueError, match="PyTorch profiling not enabled or not started"):
+        profiler.export_pytorch_trace(str(tmp_path / "t.json"))
+    profiler.start()
+    with pytest.raises(RuntimeError, match="Profiler is already active"):
+        profiler.start()
+    profiler.stop()
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(NRTProfilerError, match="Failed to set NRT output directory"):
+        NeuronProfiler(neuron_output_dir=str(blocker / "sub")).start()
+    assert issubclass(NRTProfilerError, Exception) and not issubclass(NRTProfilerError, RuntimeError)
 
 
 def test_inspect_environment_variables_profile_the_whole_process(tmp_path):

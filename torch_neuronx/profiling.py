@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 import json
 import os
+import shutil
 import socket
 import threading
 import time
@@ -29,7 +30,7 @@ from torch._C._profiler import _ExperimentalConfig
 from torch_neuronx import _C, config, observe
 from torch_neuronx.neuron.profiles import parse_core_list
 
-__all__ = ["ProfileMode", "NeuronConfig", "NeuronProfiler", "record_kernel", "collecting"]
+__all__ = ["ProfileMode", "NeuronConfig", "NeuronProfiler", "NRTProfilerError", "record_kernel", "collecting"]
 
 
 class ProfileMode(enum.Enum):
@@ -107,21 +108,140 @@ class NeuronConfig(_ExperimentalConfig):
                           "docs/profiling.md.", stacklevel=3)
 
 
-class NeuronProfiler:
-    """Writes a profile where AWS's tools look for it:
-    ``<profile_output_dir>/<instance>_pid_<pid>/<timestamp>/trace.json``. Use its
-    ``export_trace`` as ``on_trace_ready``. The instance part is
-    ``emulated-<TORCH_NEURONX_INSTANCE>-<host name>`` (there is no EC2 instance id).
-    Only the framework trace (trace.json, with the device events) is written:
-    the runtime's .pb / .ntff / .neff files have no emulated counterpart."""
+class NRTProfilerError(Exception):
+    """A capture could not start or stop (AWS: the Neuron Runtime's inspect API
+    returned an error status; here: its output directory cannot be made, or
+    torch.profiler refused to start)."""
 
-    def __init__(self, neuron_config: NeuronConfig | None = None):
-        self.config = neuron_config or NeuronConfig(modes=[ProfileMode.RUNTIME])
+
+PYTORCH_TRACE_FILE = "pytorch_trace.json"  # AWS's default name, in neuron_output_dir
+
+
+class NeuronProfiler:
+    """AWS's profiler of a region, in both of AWS's forms.
+
+    - ``NeuronProfiler(neuron_config)`` with ``export_trace`` as a
+      ``torch.profiler.profile``'s ``on_trace_ready`` (AWS's documented form).
+    - ``NeuronProfiler(pytorch_activities=..., record_shapes=..., pytorch_trace_file=...,
+      neuron_output_dir="./output", event_filters={"nc": [...], "types": [...]})`` as a
+      context manager or with ``start()`` / ``stop()`` / ``is_active()`` (TorchNeuron's
+      own wrapper): a capture of the runtime, plus a PyTorch profile of
+      ``pytorch_activities`` when given.
+
+    A capture's runtime trace goes to ``<dir>/<instance>_pid_<pid>/<timestamp>/trace.json``
+    (one instance subdirectory per process, one timestamp directory per capture).
+    The instance part is ``emulated-<TORCH_NEURONX_INSTANCE>-<host name>`` (there is
+    no EC2 instance id), and trace.json, a Chrome trace of the device events, stands
+    in for the runtime's .pb / .ntff / .neff files, which have no emulated counterpart.
+    """
+
+    def __init__(self, neuron_config: NeuronConfig | Iterable | None = None, *,
+                 pytorch_activities: Iterable | None = None, record_shapes: bool = False,
+                 pytorch_trace_file: str | None = None, neuron_output_dir: str | None = None,
+                 event_filters: dict | None = None):
+        if neuron_config is not None and not isinstance(neuron_config, NeuronConfig):
+            # TorchNeuron's wrapper takes pytorch_activities first.
+            neuron_config, pytorch_activities = None, neuron_config
+        self.pytorch_activities = list(pytorch_activities or [])
+        self.record_shapes = record_shapes
+        self.event_filters = event_filters
+        self.config = neuron_config or self._config_of(neuron_output_dir, event_filters)
+        self.neuron_output_dir = neuron_output_dir or self.config.profile_output_dir
+        self.pytorch_trace_file = (os.path.join(self.neuron_output_dir, pytorch_trace_file or PYTORCH_TRACE_FILE)
+                                   if self.pytorch_activities else None)
         self.paths: list[str] = []
+        self.torch_profile = None  # the torch.profiler.profile of the last capture
+        self._active = False
+
+    @staticmethod
+    def _config_of(output_dir: str | None, event_filters: dict | None) -> NeuronConfig:
+        filters = event_filters or {}
+        cores = filters.get("nc")
+        if filters.get("types"):
+            warnings.warn(f"torch_neuronx.profiling: event_filters['types'] {list(filters['types'])} "
+                          "not emulated (ignored): the Neuron Runtime's event types do not exist "
+                          "here; every kernel of the chosen cores is recorded. See docs/profiling.md.",
+                          stacklevel=3)
+        return NeuronConfig(modes=[ProfileMode.RUNTIME], profile_output_dir=output_dir,
+                            capture_enabled_for_nc=None if not cores else ",".join(map(str, cores)))
+
+    # ------------------------------------------------ TorchNeuron's wrapper
+
+    def is_active(self) -> bool:
+        return self._active
+
+    def has_pytorch_profiling(self) -> bool:
+        return bool(self.pytorch_activities)
+
+    def get_nrt_output_directory(self) -> str:
+        return self.neuron_output_dir
+
+    def start(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        if self._active:
+            raise RuntimeError("Profiler is already active: call stop() before starting it again")
+        try:
+            os.makedirs(self.neuron_output_dir, exist_ok=True)
+        except OSError as error:
+            raise NRTProfilerError(f"Failed to set NRT output directory {self.neuron_output_dir!r}: "
+                                   f"{error}") from error
+        # One torch.profiler profile serves both: the device events are the runtime capture.
+        activities = list(dict.fromkeys([*self.pytorch_activities, ProfilerActivity.PrivateUse1]))
+        prof = profile(activities=activities, record_shapes=self.record_shapes,
+                       experimental_config=self.config)
+        try:
+            prof.start()
+        except Exception as error:
+            raise NRTProfilerError(f"Failed to start NRT profiling: {error}") from error
+        self.torch_profile, self._active = prof, True
+
+    def stop(self) -> None:
+        """Ends the capture and writes its files; errors of each step are gathered
+        and raised together (the capture is stopped whatever happens)."""
+        if not self._active:
+            raise RuntimeError("Profiler is not active: call start() first")
+        self._active = False
+        errors = []
+        steps = [self.torch_profile.stop, lambda: self.export_trace(self.torch_profile)]
+        if self.pytorch_trace_file:  # a profile exports once: the same trace, copied
+            steps.append(lambda: shutil.copyfile(self.paths[-1], self.pytorch_trace_file))
+        for step in steps:
+            try:
+                step()
+            except Exception as error:  # noqa: BLE001 - reported below, after the other steps
+                errors.append(error)
+                if step is steps[0]:
+                    break  # nothing to write
+        if errors:
+            raise RuntimeError("Profiling errors:\n" + "\n".join(f"  - {type(e).__name__}: {e}" for e in errors))
+
+    def __enter__(self) -> "NeuronProfiler":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.stop()
+        return False
+
+    def get_pytorch_trace(self) -> str | None:
+        """The PyTorch profile's operator table, once the capture has stopped."""
+        if self.has_pytorch_profiling() and self.torch_profile is not None and not self._active:
+            return self.torch_profile.key_averages().table()
+        return None
+
+    def export_pytorch_trace(self, filename: str) -> None:
+        if self.torch_profile is None or not self.has_pytorch_profiling():
+            raise ValueError("PyTorch profiling not enabled or not started")
+        if self._active:
+            raise ValueError("Cannot export trace while profiling is active")
+        shutil.copyfile(self.paths[-1], filename)  # what stop() exported (a profile exports once)
+
+    # ------------------------------------------------ the trace layout
 
     def session_directory(self) -> str:
         instance = f"emulated-{config.instance()}-{socket.gethostname()}"
-        base = os.path.join(self.config.profile_output_dir, f"{instance}_pid_{os.getpid()}")
+        base = os.path.join(self.neuron_output_dir, f"{instance}_pid_{os.getpid()}")
         stamp = time.strftime("%Y%m%d_%H%M%S")
         path, n = os.path.join(base, stamp), 1
         while os.path.exists(path):  # one directory per exported trace (schedule cycles)

@@ -1,7 +1,8 @@
 """Memory API of the neuron device, over the caching allocator in csrc/.
 
 The statistics use CUDA's key names ("allocated_bytes.all.current", ...), read
-through torch.accelerator so there is one code path for both APIs. Snapshots
+through torch.accelerator so there is one code path for both APIs; the dict
+also answers TorchNeuron's own names (MemoryStats). Snapshots
 and the allocator's history use the format of torch.cuda.memory, so that
 PyTorch's memory visualizer (torch.cuda._memory_viz) reads them.
 """
@@ -27,11 +28,46 @@ def _index(device: Any) -> int:
     return _get_device_index(device)
 
 
-def memory_stats(device: Any = None) -> "collections.OrderedDict[str, Any]":
+# TorchNeuron's memory_stats() names (torch_neuronx/memory.py on Trainium): a
+# byte statistic is a dict of CUDA's four metrics over all pools; the two
+# request counters are CUDA's allocation counts.
+AWS_BYTE_STATS = ("allocated_bytes", "reserved_bytes", "active_bytes")
+AWS_COUNTERS = {"allocation_requests": "allocation.all.allocated", "num_tensor_frees": "allocation.all.freed"}
+METRICS = ("current", "peak", "allocated", "freed")
+
+
+class MemoryStats(collections.OrderedDict):
+    """torch.cuda.memory_stats()'s flat dict (every value an int, as code written
+    for CUDA sums, logs and compares them), which also answers TorchNeuron's
+    names on lookup: ``stats["allocated_bytes"]["current"]``,
+    ``stats["num_tensor_frees"]``, ``stats["allocation_requests"]``. Those names
+    are not stored keys: iterating, ``len`` and ``==`` see CUDA's keys only."""
+
+    def _aws(self, key: Any) -> Any:
+        if key in AWS_BYTE_STATS:
+            return {metric: dict.get(self, f"{key}.all.{metric}", 0) for metric in METRICS}
+        return dict.get(self, AWS_COUNTERS[key], 0)
+
+    def __missing__(self, key: Any) -> Any:
+        if key in AWS_BYTE_STATS or key in AWS_COUNTERS:
+            return self._aws(key)
+        raise KeyError(key)
+
+    def __contains__(self, key: Any) -> bool:
+        return dict.__contains__(self, key) or key in AWS_BYTE_STATS or key in AWS_COUNTERS
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+
+def memory_stats(device: Any = None) -> MemoryStats:
+    """The allocator's statistics for one core: CUDA's flat keys, sorted
+    ("allocated_bytes.all.current", "num_ooms", ...), plus TorchNeuron's nested
+    names on lookup (see MemoryStats)."""
     index = _index(device)
     if not _C._is_initialized():
         _C._init()
-    return torch.accelerator.memory_stats(index)
+    return MemoryStats(torch.accelerator.memory_stats(index))
 
 
 def _stat(device: Any, key: str) -> int:
@@ -105,7 +141,9 @@ def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
     line = "|" + "-" * 86 + "|"
     out = [
         line,
-        f"| neuron:{index} memory summary (HBM {_format(total)}, free {_format(free)})".ljust(87) + "|",
+        # TorchNeuron's title ("Neuron Memory Summary, Device N"), then the core's HBM.
+        f"| Neuron Memory Summary, Device {index} (neuron:{index}, HBM {_format(total)}, "
+        f"free {_format(free)})".ljust(87) + "|",
         line,
         "| Metric".ljust(36) + "| Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  |",
         line,

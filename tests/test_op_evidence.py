@@ -239,7 +239,6 @@ _INDEX = torch.tensor([0, 2, 2])
     ("aten::isfinite", torch.isfinite, (torch.tensor([1.0, float("inf"), float("nan"), -float("inf"), 0.0]),)),
     ("aten::one_hot", _F.one_hot, (torch.tensor([0, 3, 1]),)),
     ("aten::one_hot", lambda t: _F.one_hot(t, 6), (torch.tensor([[0, 5], [1, 1]]),)),
-    ("aten::linear", _F.linear, (torch.randn(4, 3), torch.randn(5, 3), torch.randn(5))),
     ("aten::_fused_rms_norm", lambda x, w: torch.ops.aten._fused_rms_norm(x, [6], w, 1e-5)[0],
      (torch.randn(4, 6), torch.randn(6))),
     ("aten::silu_backward", torch.ops.aten.silu_backward, (torch.randn(4, 3), torch.randn(4, 3))),
@@ -272,10 +271,12 @@ def _grads_on_both(fn, *tensors):
     return executed
 
 
-def test_linear_backward_is_one_kernel(tracked):
+def test_linear_stays_a_composite_for_dtensor(tracked):
+    """linear is one kernel on Trainium, but here it keeps PyTorch's composite: as one kernel its
+    gradient is linear_backward, which DTensor (tensor parallel) has no sharding rule for."""
     executed = _grads_on_both(_F.linear, torch.randn(2, 4, 3), torch.randn(5, 3), torch.randn(5))
-    assert executed.get("aten::linear") == 1 and executed.get("aten::linear_backward") == 1, executed
-    assert "aten::t" not in executed and "aten::addmm" not in executed, executed
+    assert "aten::linear" not in executed and "aten::linear_backward" not in executed, executed
+    assert "linear" in {r.op for r in evidence.RECORDS if not r.emulated}
 
 
 def test_rms_norm_and_its_backward_are_one_kernel_each(tracked):
@@ -336,7 +337,7 @@ def test_ops_command_prints_the_source(capsys):
 def test_ops_command_lists_the_differences(capsys):
     out = _ops(capsys, "--differences")
     differing = {record.op for record in evidence.differences()}
-    assert "new_empty" in differing and "linear" not in differing and "linalg_qr" not in differing
+    assert "new_empty" in differing and "linear" in differing and "linalg_qr" not in differing
     for name in differing:
         assert f"  {name}: TorchNeuron:" in out
     listed = {op["op"] for op in json.loads(_ops(capsys, "--differences", "--json"))["ops"]}

@@ -84,7 +84,6 @@ def _decomposed_cases():
         # registry.ONE_KERNEL_COMPOSITES: one kernel in eager, PyTorch's composite when traced
         "isfinite": [(aten.isfinite.default, (x / torch.tensor([1.0, 0.0, 1.0, -0.0]),))],
         "one_hot": [(aten.one_hot.default, (torch.tensor([[0, 2], [1, 3]]), 5))],
-        "linear": [(aten.linear.default, (x, _t(5, 4, seed=1), _t(5, seed=2))), (aten.linear.default, (x, y))],
         "_fused_rms_norm": [(aten._fused_rms_norm.default, (x, [4], _t(4, seed=1), 1e-5)),
                             (aten._fused_rms_norm.default, (x, [3, 4], None, None))],
         "index_select_backward": [(aten.index_select_backward.default, (y[:2], [3, 4], 0, torch.tensor([2, 0])))],

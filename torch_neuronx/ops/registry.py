@@ -194,14 +194,14 @@ FP8_COMPUTE = frozenset({"_scaled_mm", "_scaled_grouped_mm", "_scaled_mm_v2", "_
 # registers as one device kernel (ops/evidence.py). The alias kernel serves them as it
 # serves every native op: redispatched to the CPU key on host aliases, the composite
 # runs there, so its parts are no device calls of their own and the audit and
-# get_executed_ops() see the op itself. Autograd: linear, _fused_rms_norm, silu_backward
+# get_executed_ops() see the op itself. Autograd: _fused_rms_norm, silu_backward
 # have PyTorch's own formulas for a backend that serves them (derivatives.yaml;
-# linear's calls linear_backward, _fused_rms_norm's _fused_rms_norm_backward: both direct
-# kernels; silu_backward has none, as on the CPU); isfinite and one_hot return no
+# _fused_rms_norm's calls _fused_rms_norm_backward, a direct kernel; silu_backward has
+# none, as on the CPU); isfinite and one_hot return no
 # floating tensor; index_select_backward and value_selecting_reduction_backward keep
 # their composites when a gradient flows through them (ops/composites.py). torch.compile decomposes each while tracing, as before.
 ONE_KERNEL_COMPOSITES = frozenset({
-    "isfinite", "one_hot", "linear", "_fused_rms_norm", "silu_backward", "index_select_backward",
+    "isfinite", "one_hot", "_fused_rms_norm", "silu_backward", "index_select_backward",
     "value_selecting_reduction_backward",
 })
 

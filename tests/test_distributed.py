@@ -635,10 +635,11 @@ def _shard(batch: torch.Tensor, rank: int, world: int) -> torch.Tensor:
     return batch[rank * per:(rank + 1) * per]
 
 
-def _train_steps(model, parameters, rank: int, world: int, device) -> list[float]:
-    """TRAIN_STEPS of SGD on this rank's shard of each step's batch; the losses."""
+def _train_steps(model, parameters, rank: int, world: int, device, data=None) -> list[float]:
+    """TRAIN_STEPS of SGD on this rank's shard of each step's batch (``data()``, default
+    _train_data); the losses."""
     optimizer = torch.optim.SGD(parameters, lr=LR)
-    X, Y = _train_data()
+    X, Y = (data or _train_data)()
     losses = []
     for step in range(TRAIN_STEPS):
         loss = torch.nn.functional.mse_loss(model(_shard(X[step], rank, world).to(device)),
@@ -989,21 +990,6 @@ def _bn_data() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(TRAIN_STEPS, 8, 3, 6, 6, generator=g), torch.randn(TRAIN_STEPS, 8, 2, generator=g)
 
 
-def _bn_steps(model, rank: int, world: int, device) -> list[float]:
-    """TRAIN_STEPS of SGD on this rank's shard of each batch; every rank's own loss."""
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    X, Y = _bn_data()
-    losses = []
-    for step in range(TRAIN_STEPS):
-        loss = torch.nn.functional.mse_loss(model(_shard(X[step], rank, world).to(device)),
-                                            _shard(Y[step], rank, world).to(device))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
-
-
 def _scenario_sync_batch_norm(rank: int, world: int) -> dict:
     """nn.SyncBatchNorm under DDP: its statistics exchange runs batch_norm_stats,
     batch_norm_gather_stats_with_counts, batch_norm_elemt and, backward,
@@ -1018,7 +1004,7 @@ def _scenario_sync_batch_norm(rank: int, world: int) -> dict:
     torch_neuronx.clear_op_tracking()
     model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(_bn_model(torch.nn.BatchNorm2d)).to(device)
     ddp = DDP(model, device_ids=[device.index])
-    out = {"losses": _bn_steps(ddp, rank, world, device),
+    out = {"losses": _train_steps(ddp, ddp.parameters(), rank, world, device, data=_bn_data),
            "params": [p.detach().cpu() for p in model.parameters()],
            "running": [model[1].running_mean.cpu(), model[1].running_var.cpu()],
            "fallback": torch_neuronx.get_fallback_ops(), "executed": torch_neuronx.get_executed_ops()}

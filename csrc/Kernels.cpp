@@ -41,6 +41,8 @@ DirectOp kSetEmpty("set_");
 DirectOp kConvolution("convolution_overrideable");
 DirectOp kConvolutionBackward("convolution_backward_overrideable");
 DirectOp kNativeDropout("native_dropout");
+DirectOp kNewEmpty("new_empty");
+DirectOp kHasCompatibleShallowCopyType("_has_compatible_shallow_copy_type");
 
 c10::DeviceIndex targetIndex(std::optional<c10::Device> device) {
   if (device.has_value() && device->type() == kNeuron && device->has_index()) {
@@ -73,6 +75,24 @@ at::Tensor emptyStrided(
   c10::DeviceGuard guard(c10::Device(kNeuron, targetIndex(device)));
   return at::detail::empty_strided_generic(
       size, stride, &neuronAllocator(), kNeuronKeys, c10::dtype_or_default(dtype));
+}
+
+// One allocation with self's options, as TorchNeuron registers it (PyTorch's
+// composite would reach empty the same way, as a call of its own). A device
+// other than neuron, or a sparse layout, in the arguments goes to at::empty.
+at::Tensor newEmpty(
+    const at::Tensor& self, c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+    std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+    std::optional<bool> pin_memory) {
+  auto call = kNewEmpty.enter(self, size, dtype, layout, device, pin_memory);
+  auto options = self.options().merge_in(
+      c10::TensorOptions().dtype(dtype).layout(layout).device(device).pinned_memory(pin_memory));
+  if (options.device().type() != kNeuron || options.layout() != c10::Layout::Strided) {
+    return at::empty(size, options);  // another device, or a sparse layout (its own key)
+  }
+  c10::DeviceGuard guard(options.device());
+  return at::detail::empty_generic(
+      size, &neuronAllocator(), kNeuronKeys, options.dtype().toScalarType(), std::nullopt);
 }
 
 // Host <-> device and device <-> device copies: both sides are host memory,
@@ -235,6 +255,7 @@ int64_t sdpaChoice(
 // interchangeable, as CPU and CUDA ones are. Without it the Parameter objects
 // are replaced, and an optimizer built before .to() keeps the old ones.
 bool hasCompatibleShallowCopyType(const at::Tensor& self, const at::Tensor& from) {
+  auto call = kHasCompatibleShallowCopyType.enter(self, from);
   auto plain = [](const at::Tensor& t) {
     return t.layout() == c10::Layout::Strided &&
            (t.device().is_cpu() || t.device().type() == kNeuron);
@@ -259,8 +280,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   kConvolution.registerKernel(m, convolution);
   kConvolutionBackward.registerKernel(m, convolutionBackward);
   kNativeDropout.registerKernel(m, nativeDropout);
-  // Not counted: metadata-only kernels and queries.
-  m.impl("_has_compatible_shallow_copy_type", hasCompatibleShallowCopyType);
+  kNewEmpty.registerKernel(m, newEmpty);
+  // A query, counted because TorchNeuron runs it on the device (module.to()).
+  kHasCompatibleShallowCopyType.registerKernel(m, hasCompatibleShallowCopyType);
+  // Not counted: metadata-only kernels.
   m.impl("record_stream", recordStream);
   m.impl("view", at::native::view);
   m.impl("as_strided", at::native::as_strided_tensorimpl);

@@ -211,6 +211,22 @@ def test_mask_index_overload_is_served_by_maskindex_cpp_not_the_alias_kernel():
         assert "MaskIndex.cpp" in torch._C._dispatch_dump("aten::" + name), name
 
 
+def test_composite_overloads_run_as_pytorch_composite_with_one_device_kernel():
+    """arange(start, end, step) on neuron: PyTorch's composite allocates and calls
+    arange.start_out, the one kernel the release registers for it (ops/evidence.py)."""
+    alias = {name for name, _flags in ops.native_overloads()}
+    assert registry.COMPOSITE_OVERLOADS and not alias & registry.COMPOSITE_OVERLOADS
+    assert "arange.start_out" in alias and "arange" in alias
+    torch_neuronx.clear_op_tracking()
+    x = torch.arange(1, 7, 2, dtype=torch.float32, device="neuron")
+    y = torch.arange(4, device="neuron")
+    executed = torch_neuronx.get_executed_ops()
+    assert executed.get("aten::arange.start_out") == 1 and executed.get("aten::arange") == 1, executed
+    assert "aten::arange.start_step" not in executed
+    torch.testing.assert_close(x.cpu(), torch.arange(1, 7, 2, dtype=torch.float32), rtol=0, atol=0)
+    torch.testing.assert_close(y.cpu(), torch.arange(4), rtol=0, atol=0)
+
+
 def test_ops_the_release_runs_on_the_host_are_not_native():
     assert registry.HOST_FALLBACK and not registry.HOST_FALLBACK & registry.NATIVE_OPS
 

@@ -10,6 +10,7 @@ import torch
 from torch_neuronx import _C, config, observe, patching
 from torch_neuronx.ops.registry import (
     ACCEPTS_HOST_TENSORS,
+    COMPOSITE_OVERLOADS,
     DATA_MOVEMENT,
     DIRECT_KERNELS,
     FAST_PATH_OVERLOADS,
@@ -76,13 +77,13 @@ def _flags(base: str) -> int:
 
 def native_overloads() -> list[tuple[str, int]]:
     """(name.overload, flags) of every overload the alias kernel serves: those of
-    the native set less the direct kernels' ops, FAST_PATH_OVERLOADS and
-    MASK_INDEX_OVERLOADS."""
+    the native set less the direct kernels' ops, FAST_PATH_OVERLOADS,
+    MASK_INDEX_OVERLOADS and COMPOSITE_OVERLOADS."""
     result = []
     for base in sorted(NATIVE_OPS - DIRECT_KERNELS):
         for name in _overloads(base):
             qualified = "aten::" + name
-            if name in FAST_PATH_OVERLOADS or name in MASK_INDEX_OVERLOADS \
+            if name in FAST_PATH_OVERLOADS or name in MASK_INDEX_OVERLOADS or name in COMPOSITE_OVERLOADS \
                     or not _served_by_alias(base, qualified) or _draws_from_default_generator(name):
                 continue
             result.append((name, _flags(base)))

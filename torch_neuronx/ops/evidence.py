@@ -100,14 +100,16 @@ RECORDS: tuple[Evidence, ...] = (
     _one_kernel("ones", "torch_mlir/ops/creation.py (aten::ones, ones.out)", True),
     _one_kernel("scalar_tensor", "torch_mlir/ops/creation.py (aten::scalar_tensor)", True),
     Evidence("new_empty", ONE_KERNEL, f"{SNAPSHOT}: torch_neuronx/csrc/core/NeuronBindings.cpp registers it "
-             "for PrivateUse1 (an allocation)", emulated=False,
-             note="here PyTorch's composite calls empty on the device: one allocation either way, "
-                  "which the audit does not count as a kernel"),
+             "for PrivateUse1 (an allocation); tests/operations/test_new_empty.py asserts it ran on the device",
+             emulated=True, note="a direct kernel (csrc/Kernels.cpp): one allocation, which the audit "
+                                 "does not count as a kernel"),
     _one_kernel("isfinite", "torch_mlir/ops/comparison.py (aten::isfinite)", True, _COMPOSITE),
     _one_kernel("one_hot", "torch_mlir/ops/embedding.py (aten::one_hot)", True,
                 _COMPOSITE + " (without num_classes it reads the maximum inside the kernel, no separate host read)"),
     Evidence("arange", ONE_KERNEL, f"{_PY_REGISTERED}torch_mlir/ops/creation.py (arange, arange.start_out)",
-             emulated=True, note="native here too: every overload is one kernel"),
+             emulated=True, note="as in the release: arange(end) is one kernel; arange(start, end[, step]) is "
+                                 "PyTorch's composite, an allocation and one arange.start_out kernel "
+                                 "(registry COMPOSITE_OVERLOADS)"),
     _one_kernel("_fused_rms_norm", "torch_mlir/ops/normalization.py", True,
                 _COMPOSITE + "; its gradient is PyTorch's formula, one _fused_rms_norm_backward kernel"),
     _one_kernel("_fused_rms_norm_backward", "torch_mlir/ops/normalization.py", True,

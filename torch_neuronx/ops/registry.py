@@ -149,6 +149,13 @@ HOST_FALLBACK = evidence.ops_routed(evidence.HOST)
 # registration and hands it the op's flags.
 MASK_INDEX_OVERLOADS = frozenset({"index.Tensor"})
 
+# Overloads the release leaves to PyTorch's CompositeExplicitAutograd kernel, which
+# allocates on the device and calls the op's out= overload, the one device kernel
+# (ops/evidence.py): arange(start, end) and arange(start, end, step) run as empty +
+# arange.start_out (arange(end) is a kernel of its own). ops.native_overloads() leaves
+# them out of the alias kernel's registration.
+COMPOSITE_OVERLOADS = frozenset({"arange.start", "arange.start_step"})
+
 # Ops that legitimately take non-scalar CPU tensors next to device tensors
 # (copies and advanced indexing with host index tensors), as on CUDA.
 ACCEPTS_HOST_TENSORS = frozenset({"copy", "index", "index_put", "_index_put_impl", "_unsafe_index",
@@ -163,6 +170,7 @@ CPP_KERNELS = frozenset({
     "_local_scalar_dense", "record_stream", "view", "as_strided", "_reshape_alias", "unfold",
     "view_as_real", "view_as_complex", "convolution_overrideable",
     "convolution_backward_overrideable", "native_dropout", "_has_compatible_shallow_copy_type",
+    "new_empty",
 })
 # Python: the KERNELS of torch_neuronx/ops/rnn.py, histogram.py, topk.py, float8.py,
 # sync_batch_norm.py, linear.py and composites.py. Those of the last three have no CPU kernel
@@ -235,8 +243,8 @@ METADATA = frozenset({"set", "resize", "resize_as"})
 # copies (DMA) and reading a scalar. The audit counts every other first call as a kernel
 # compilation. All are C++ kernels (the registry test checks it).
 NO_KERNEL = frozenset({
-    "empty", "empty_strided", "_copy_from", "_copy_from_and_resize", "resize", "set",
-    "_local_scalar_dense",
+    "empty", "empty_strided", "new_empty", "_copy_from", "_copy_from_and_resize", "resize", "set",
+    "_local_scalar_dense", "_has_compatible_shallow_copy_type",
 })
 
 # TensorE work (the estimate's "matmul" class), plus, by rule, convolutions and attention

@@ -197,7 +197,56 @@ def test_wrap_nki_makes_a_kernel_an_op():
     torch.testing.assert_close(op(a, b).cpu(), (a + b).cpu())
     assert torch.ops.nki_test.wrapped_add.default(a, b).shape == (40, 16)
     with pytest.raises(TypeError, match="annotations"):
-        wrap_nki(ADD, "nki_test::unannotated_kernel")
+        wrap_nki(ADD, "nki_test::unannotated_kernel")  # naming an operator needs a schema
+
+
+# --------------------------------------- TorchNeuron's form: wrap_nki(kernel)[grid](...) in an nki_op
+@nki.jit
+def _scaled_add_rows(a, scale, out: nki.typing.mutable_tensor):
+    """out[rows of this program] += a * scale: unannotated tensors, one mutated argument."""
+    rows = nl.ds(nl.program_id(0) * 64, 64)
+    total = nl.ndarray((64, a.shape[1]), a.dtype, buffer=nl.sbuf)
+    nisa.tensor_scalar(total, nl.load(a[rows, :]), nl.multiply, scale)
+    nl.store(out[rows, :], nl.add(total, nl.load(out[rows, :])))
+    return out
+
+
+@nki_op("nki_test::scaled_add_inplace", mutates_args={"out"})
+def nki_scaled_add_inplace(a: torch.Tensor, scale: float, out: torch.Tensor) -> None:
+    wrap_nki(_scaled_add_rows)[a.shape[0] // 64](a, scale, out)
+
+
+@pytest.mark.parametrize("rows", [64, 192])
+def test_wrap_nki_launches_an_unannotated_kernel_on_a_grid_inside_an_nki_op(rows):
+    a, out = torch.randn(rows, 32, device=DEVICE), torch.randn(rows, 32, device=DEVICE)
+    expected = (out + a * 2.5).cpu()
+    nki_scaled_add_inplace(a, 2.5, out)
+    torch.testing.assert_close(out.cpu(), expected, rtol=1e-5, atol=1e-5)
+
+    def step(x, y):
+        nki_scaled_add_inplace(x * 2, -1.0, y)
+        return y + 1
+
+    y = torch.randn(rows, 32, device=DEVICE)
+    expected = (y - a * 2 + 1).cpu()
+    compiled = torch.compile(step, backend="neuron", fullgraph=True)
+    torch.testing.assert_close(compiled(a, y).cpu(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_wrap_nki_called_directly_in_compiled_code_runs_eagerly_with_the_right_result():
+    launcher = wrap_nki(_scaled_add_rows)
+    assert launcher.op is None and launcher[2].grid == (2,)
+    with pytest.raises(AttributeError, match="not an operator"):
+        launcher.register_autograd  # noqa: B018
+    a, out = torch.randn(128, 16, device=DEVICE), torch.randn(128, 16, device=DEVICE)
+    expected = (out + a * 3 + 1).cpu()
+
+    def step(x, y):
+        launcher[2](x, 3.0, y)
+        return y + 1
+
+    torch.testing.assert_close(torch.compile(step, backend="neuron")(a, out).cpu(), expected,
+                               rtol=1e-5, atol=1e-5)
 
 
 # ------------------------------------------------ every sample kernel as an op on neuron tensors

@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils import _pytree as pytree
 
-__all__ = ["nki_op", "wrap_nki", "KernelCache"]
+from torch_neuronx import patching
+
+__all__ = ["nki_op", "wrap_nki", "WrappedKernel", "KernelCache"]
 
 
 @dataclass(frozen=True)
@@ -203,12 +205,64 @@ def nki_op(
     return register if fn is None else register(fn)
 
 
-def wrap_nki(kernel, name: str | None = None, *, mutates_args: Iterable[str] | str = ()):
-    """Makes an ``@nki.jit`` kernel itself a PyTorch operator (``nki::<kernel name>`` by default).
+def _makes_a_schema(fn: Callable, mutates_args) -> bool:
+    """Whether torch.library can build an op schema from fn's annotations (torch types,
+    not NKI's nt.mutable_tensor or none at all)."""
+    try:
+        torch.library.infer_schema(fn, mutates_args=mutates_args)
+    except (ValueError, TypeError):
+        return False
+    return True
 
-    The kernel function's own annotations give the schema, so annotate its tensor
-    parameters as ``torch.Tensor`` and its return type."""
+
+class WrappedKernel:
+    """What ``wrap_nki(kernel)`` returns: TorchNeuron's launcher for an ``@nki.jit``
+    kernel on torch tensors. ``wrapped[grid](*args)`` or ``wrapped(*args)`` runs the
+    kernel (arguments it writes, e.g. those annotated ``nt.mutable_tensor``, are
+    updated in place); inside an ``nki_op`` body that is all it needs. A kernel whose
+    parameters and return are annotated with torch types is also a custom op
+    (``self.op``): a call without a grid goes through it, so it stays one node of a
+    graph under ``torch.compile``."""
+
+    def __init__(self, kernel, grid: tuple = (), op=None):
+        self.kernel = kernel
+        self.grid = grid
+        self.op = op
+
+    def __getitem__(self, grid) -> "WrappedKernel":
+        grid = (grid,) if isinstance(grid, int) else tuple(int(g) for g in grid)
+        return WrappedKernel(self.kernel, grid, self.op)
+
+    def __call__(self, *args, **kwargs):
+        if self.op is not None and not self.grid:
+            return self.op(*args, **kwargs)
+        return _launch(self.kernel, self.grid, args, kwargs)
+
+    def __getattr__(self, name):  # the op's own API (register_autograd, nki_cache, ...)
+        op = self.__dict__.get("op")
+        if op is None:
+            raise AttributeError(f"wrap_nki: {name!r}: this kernel is not an operator (its parameters are not "
+                                 "annotated with torch types)")
+        return getattr(op, name)
+
+
+@patching.hide_from_dynamo
+def _launch(kernel, grid, args, kwargs):
+    """One eager launch. Under torch.compile outside an nki_op Dynamo does not trace
+    into the simulator: the call breaks the graph and runs here."""
+    return (kernel[grid] if grid else kernel)(*args, **kwargs)
+
+
+def wrap_nki(kernel, name: str | None = None, *, mutates_args: Iterable[str] | str = ()) -> WrappedKernel:
+    """Wraps an ``@nki.jit`` kernel for torch tensors, as TorchNeuron's ``wrap_nki``:
+    ``wrap_nki(kernel)[grid](*args)`` (see WrappedKernel). A kernel annotated with torch
+    types (tensors ``torch.Tensor``, scalars, return type) is also registered as the
+    operator ``name`` (``nki::<kernel name>`` by default); naming the operator requires
+    those annotations (a TypeError names the missing ones)."""
     func = getattr(kernel, "func", kernel)
+    mutated = frozenset((mutates_args,) if isinstance(mutates_args, str) else mutates_args)
+    if name is None and not _makes_a_schema(func, mutated):
+        return WrappedKernel(kernel)
     qualified = name or f"nki::{func.__name__}"
 
     def call_kernel(*args, **kwargs):
@@ -218,4 +272,5 @@ def wrap_nki(kernel, name: str | None = None, *, mutates_args: Iterable[str] | s
     call_kernel.__name__ = func.__name__
     call_kernel.__qualname__ = func.__qualname__
     call_kernel.__annotations__ = dict(getattr(func, "__annotations__", {}))
-    return nki_op(qualified, call_kernel, mutates_args=mutates_args)
+    return WrappedKernel(kernel, op=nki_op(qualified, call_kernel, mutates_args=mutated))
+

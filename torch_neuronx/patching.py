@@ -132,4 +132,8 @@ def hide_from_dynamo(kernel: Callable) -> Callable:
     from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
 
     set_code_exec_strategy(kernel.__code__, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP))
+    # A call Dynamo meets while tracing its caller is not inlined either: it breaks
+    # the graph there and runs eagerly (the attribute torch.compiler.disable sets).
+    kernel._torchdynamo_disable = True
+    kernel._torchdynamo_disable_msg = "a torch_neuronx kernel runs eagerly"
     return kernel

@@ -125,8 +125,11 @@ def _numpy_to_torch(arr: np.ndarray, device):
     arr = np.ascontiguousarray(arr)
     if arr.dtype == _dt.bfloat16:
         t = torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
-    elif arr.dtype == _dt.float8_e4m3:
+    elif arr.dtype == _dt.float8_e4m3fn:
         t = torch.from_numpy(arr.view(np.uint8)).view(torch.float8_e4m3fn)
+    elif arr.dtype == _dt.float8_e4m3:
+        raise NKIError("kernel return", "nl.float8_e4m3 (IEEE-like E4M3, max 240) has no torch dtype",
+                       "return nl.float8_e4m3fn (torch.float8_e4m3fn), bfloat16 or float32")
     elif arr.dtype == _dt.float8_e5m2:
         t = torch.from_numpy(arr.view(np.uint8)).view(torch.float8_e5m2)
     else:

@@ -246,19 +246,24 @@ def mask_array(mask, instruction):
 
 
 def fit_mask(array, shape, instruction, role):
-    """`array` as a boolean of `shape`: broadcast it (NumPy rules) or, for an operand with fewer free
-    elements than the iteration space (a reduction's result), keep its partition dependence only."""
+    """`array` as a boolean of `shape`. The mask is over the instruction's iteration space; an operand
+    of another shape takes what applies to it: a reduction's result keeps the partition dependence
+    (true where any reduced element is), a matmul result the free dependence of the moving tensor
+    (the contraction axis is the inputs' partition axis)."""
     if array is None:
         return None
-    if array.ndim == 0:
-        return np.broadcast_to(array, shape)
     try:
         return np.broadcast_to(array, shape)
     except ValueError:
         pass
-    if len(shape) >= 1 and array.shape[0] in (1, shape[0]):
+    if array.ndim and len(shape) >= 1 and array.shape[0] in (1, shape[0]):
         per_partition = array.reshape(array.shape[0], -1).any(axis=1)
         return np.broadcast_to(per_partition.reshape((-1,) + (1,) * (len(shape) - 1)), shape)
+    if array.ndim == len(shape):
+        try:
+            return np.broadcast_to(array.any(axis=0, keepdims=True), shape)
+        except ValueError:
+            pass
     raise NKIError(instruction, f"mask of shape {array.shape} does not fit {role} of shape {tuple(shape)}",
                    "build the mask from the same nl.arange / nl.mgrid indices as the access")
 

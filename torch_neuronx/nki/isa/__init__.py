@@ -304,14 +304,27 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
         if not _dt.is_float(t.dtype):
             raise NKIError(instr, f"{role} dtype {_dt.name(t.dtype)} is not a floating-point type")
     result = _masked_input(st, _f32_2d(st), 0).T @ _masked_input(mv, _f32_2d(mv), 0)
-    _matmul_write(dst, result, accumulate)
+    _matmul_write(dst, result, accumulate, _matmul_mask(dst, mv))
     dtype_name = _dt.name(mv.dtype if _dt.is_fp8(mv.dtype) and _dt.is_fp8(st.dtype) else
                           (st.dtype if fp32_in[0] else _dt.bfloat16))
     _record(instr, "tensor", [dst], [st, mv], ("matmul", m, n, dtype_name), flops=2 * k * m * n,
             matmul_dtype=dtype_name)
 
 
-def _matmul_write(dst, result, accumulate):
+def _matmul_mask(dst, mv):
+    """Where a masked matmul writes. A mask over the moving tensor [K, N] writes the result columns
+    it keeps for some k (masked contraction rows are only not read); others apply to dst as is."""
+    mask = _active_mask()
+    if mask is None:
+        return None
+    try:
+        over_moving = np.broadcast_to(mask, mv.shape).reshape(mv.partitions, -1)
+    except ValueError:
+        return _mask_for(dst)
+    return np.broadcast_to(over_moving.any(axis=0, keepdims=True), (dst.partitions, dst.free_size)).reshape(dst.shape)
+
+
+def _matmul_write(dst, result, accumulate, where=None):
     result = result.reshape(dst.shape)
     acc = _acc_view(dst)
     if accumulate is None:
@@ -322,7 +335,7 @@ def _matmul_write(dst, result, accumulate):
             result = np.where(started, _f32(dst) + result, result)
     elif accumulate:
         result = _f32(dst) + result
-    _store(dst, result)
+    _store(dst, result, where)
     acc[...] = 1.0
 
 

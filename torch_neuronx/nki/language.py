@@ -207,7 +207,7 @@ def accumulate(dst, value):
         last.writes = [(dst.alloc.id, box(dst)) if w == value.alloc.id else (w, bx) for w, bx in last.writes]
         last.reads = last.reads + [(dst.alloc.id, box(dst))]
         return dst
-    assign(dst, add(dst, value))
+    assign(dst, _ops.BINARY["add"](dst, value))
     return dst
 
 

@@ -241,8 +241,9 @@ def dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, dge_mode=None, name=None)
     _record(instr, "dma", [dst], [src], ("dma", nbytes, per_partition), nbytes=nbytes)
 
 
-def tensor_copy(dst, src, engine=None, name=None):
-    """Copy (and cast) an on-chip tile: Vector (default), Scalar or GpSimd Engine."""
+def tensor_copy(dst, src, engine=None, name=None, dtype=None):
+    """Copy (and cast) an on-chip tile: Vector (default), Scalar or GpSimd Engine. `dtype` (AWS's
+    beta-2 tutorials pass it) is accepted; the cast is always to dst's dtype."""
     instr = "nisa.tensor_copy"
     dst, src = _tensor(dst, instr, "dst"), _tensor(src, instr, "src")
     eng = _engine(engine, "vector", ("vector", "scalar", "gpsimd"), instr)

@@ -18,8 +18,10 @@ uint32 = np.dtype(np.uint32)
 float16 = np.dtype(np.float16)
 float32 = np.dtype(np.float32)
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
-# Trainium's E4M3 is the OCP "fn" variant (no infinities, max 448), the one torch calls float8_e4m3fn.
-float8_e4m3 = np.dtype(ml_dtypes.float8_e4m3fn)
+# Two E4M3 types, as AWS's nl has them: float8_e4m3 is the IEEE-like one (infinities, max 240;
+# ml_dtypes.float8_e4m3), float8_e4m3fn the OCP "fn" one (no infinities, max 448; torch.float8_e4m3fn).
+float8_e4m3 = np.dtype(ml_dtypes.float8_e4m3)
+float8_e4m3fn = np.dtype(ml_dtypes.float8_e4m3fn)
 float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
 bool_ = np.dtype(np.bool_)
 
@@ -38,10 +40,9 @@ class TFloat32:
 tfloat32 = TFloat32()
 
 ALL = {d.name if d is not tfloat32 else "tfloat32": d for d in (
-    int8, int16, int32, uint8, uint16, uint32, float16, float32, bfloat16, float8_e4m3, float8_e5m2,
-    tfloat32, bool_)}
-ALL["float8_e4m3"] = float8_e4m3
-_TORCH_NAMES = {"float8_e4m3fn": float8_e4m3, "bool": bool_}
+    int8, int16, int32, uint8, uint16, uint32, float16, float32, bfloat16, float8_e4m3, float8_e4m3fn,
+    float8_e5m2, tfloat32, bool_)}
+_TORCH_NAMES = {"bool": bool_}
 
 
 def normalize(dtype, instruction: str = "dtype"):
@@ -70,7 +71,7 @@ def storage_dtype(dtype) -> np.dtype:
     return float32 if dtype is tfloat32 else dtype
 
 
-_NAMES = {d: n for n, d in ALL.items() if n != "float8_e4m3fn"}
+_NAMES = {d: n for n, d in ALL.items()}
 
 
 def name(dtype) -> str:
@@ -90,7 +91,7 @@ def is_fp32_like(dtype) -> bool:
 
 
 def is_fp8(dtype) -> bool:
-    return dtype is not tfloat32 and dtype in (float8_e4m3, float8_e5m2)
+    return dtype is not tfloat32 and dtype in (float8_e4m3, float8_e4m3fn, float8_e5m2)
 
 
 def poison_value(dtype):

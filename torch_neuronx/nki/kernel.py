@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import itertools
 import sys
 
@@ -125,8 +126,11 @@ def _numpy_to_torch(arr: np.ndarray, device):
     arr = np.ascontiguousarray(arr)
     if arr.dtype == _dt.bfloat16:
         t = torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
-    elif arr.dtype == _dt.float8_e4m3:
+    elif arr.dtype == _dt.float8_e4m3fn:
         t = torch.from_numpy(arr.view(np.uint8)).view(torch.float8_e4m3fn)
+    elif arr.dtype == _dt.float8_e4m3:
+        raise NKIError("kernel return", "nl.float8_e4m3 (IEEE-like E4M3, max 240) has no torch dtype",
+                       "return nl.float8_e4m3fn (torch.float8_e4m3fn), bfloat16 or float32")
     elif arr.dtype == _dt.float8_e5m2:
         t = torch.from_numpy(arr.view(np.uint8)).view(torch.float8_e5m2)
     else:
@@ -149,7 +153,9 @@ def _to_hbm(x, index):
     except NKIError:
         raise NKIError("kernel argument", f"argument {index} has dtype {arr.dtype}, which NKI does not support",
                        "cast it to float32 / int32 (or bfloat16) before the call") from None
-    alloc = Allocation(arr.shape, dtype, shared_hbm, name=f"arg{index}", storage=arr)
+    # Named after the kernel's parameter, so that error messages name the tensor the kernel indexes.
+    alloc = Allocation(arr.shape, dtype, shared_hbm, name=index if isinstance(index, str) else f"arg{index}",
+                       storage=arr)
     return NkiTensor(alloc, alloc.storage)
 
 
@@ -213,7 +219,8 @@ def launch(kernel: Kernel, grid: tuple, args, kwargs, target=None):
 def _simulate(kernel: Kernel, grid: tuple, run: Run, args, kwargs, torch_mode: bool, torch_device):
     """Every program of the grid in the simulator; the outputs converted back."""
     pairs = []  # (caller's array or tensor, its HBM copy) for the write-back
-    cargs = [_convert_argument(a, i, pairs) for i, a in enumerate(args)]
+    names = _parameter_names(kernel.func)
+    cargs = [_convert_argument(a, names[i] if i < len(names) else i, pairs) for i, a in enumerate(args)]
     ckwargs = {k: _convert_argument(v, k, pairs) for k, v in kwargs.items()}
     previous = set_run(run)
     try:
@@ -231,6 +238,15 @@ def _simulate(kernel: Kernel, grid: tuple, run: Run, args, kwargs, torch_mode: b
         if tensor.alloc.written:
             _write_back(original, tensor)
     return _convert_output(result, torch_device, torch_mode)
+
+
+def _parameter_names(func) -> list:
+    """The positional parameter names of a kernel function (none for builtins and the like)."""
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
 def _observe():

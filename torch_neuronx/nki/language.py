@@ -16,12 +16,13 @@ import numpy as np
 
 from . import isa as _isa
 from . import elementwise as _ops
-from .dtypes import (bfloat16, bool_, float8_e4m3, float8_e5m2, float16, float32, int8, int16,
-                     int32, tfloat32, uint8, uint16, uint32)
+from .dtypes import (bfloat16, bool_, float8_e4m3, float8_e4m3fn, float8_e5m2, float16, float32, int8,
+                     int16, int32, tfloat32, uint8, uint16, uint32)
 from . import dtypes as _dt
 from .errors import NKIError
-from .runtime import current
-from .tensor import NkiTensor, ds, hbm, private_hbm, psum, sbuf, shared_hbm
+from .indexing import arange, mgrid
+from .runtime import ParDim, current
+from .tensor import NkiTensor, box, ds, hbm, private_hbm, psum, sbuf, shared_hbm
 
 tile_size = types.SimpleNamespace(
     pmax=128, psum_fmax=512, gemm_stationary_fmax=128, gemm_moving_fmax=512,
@@ -43,7 +44,7 @@ def finfo(dtype):
     d = _dt.normalize(dtype, "nl.finfo")
     if not _dt.is_float(d) or d is tfloat32:
         raise NKIError("nl.finfo", f"no float limits for {_dt.name(d)}",
-                       "pass a float dtype: float32, bfloat16, float16, float8_e4m3, float8_e5m2")
+                       "pass a float dtype: float32, bfloat16, float16, float8_e4m3, float8_e4m3fn, float8_e5m2")
     return ml_dtypes.finfo(d)
 
 
@@ -70,7 +71,7 @@ def full(shape, fill_value, dtype, buffer=sbuf, name=None) -> NkiTensor:
     """A tensor filled with `fill_value`; on chip this is an nisa.memset (costed), in HBM free."""
     t = current("nl.full").allocate(shape, dtype, buffer, name, instruction="nl.full")
     if buffer.on_chip:
-        _isa.memset(t, fill_value)
+        _isa.memset(t.physical(), fill_value)  # a block tensor is filled as its one stored tile
     else:
         _dt.cast_into(t.data, np.float32(fill_value), t.dtype)
     return t
@@ -85,8 +86,9 @@ def ndarray_like(t, dtype=None, buffer=None, name=None):
 
 
 def par_dim(n):
-    """Old-dialect marker of the partition dimension in a shape; the first axis always is."""
-    return n
+    """The older dialect's marker of the partition axis in a shape: `(nl.par_dim(128), 512)`, or after
+    block axes, `(4, nl.par_dim(128), 512)`: four [128, 512] tiles, `t[b]` each."""
+    return ParDim(n)
 
 
 # ---------------------------------------------------------------------------- launch and loops
@@ -147,6 +149,66 @@ def _copy_tile(x, dtype=None, name=None) -> NkiTensor:
     out = _new(x.shape, dtype or x.dtype, sbuf, name, "nl.copy")
     _isa.tensor_copy(out, x)
     return out
+
+
+def assign(dst, value) -> None:
+    """The older dialect's write `t[index] = value` (dst is the view `t[index]`, on chip).
+
+    A tile that the latest instruction produced (`t[i] = nl.exp(x)`) is that instruction's output:
+    it is written into dst and the instruction is recorded as writing dst, as AWS's compiler makes
+    the assignment target the destination. Any other tile is copied (nisa.tensor_copy), a number is
+    a memset. Only the elements the producing instruction's mask= wrote are written."""
+    instr = "tensor assignment"
+    if not isinstance(dst, NkiTensor) or not dst.buffer.on_chip:
+        raise NKIError(instr, f"cannot assign into {dst.buffer!r} with []",
+                       "write HBM with nl.store(dst[...], value) or nisa.dma_copy")
+    if isinstance(value, NkiTensor):
+        if dst.same_view(value):
+            return  # `t[i] += x` already wrote t[i]
+        valid = value.alloc.valid if value.data is value.alloc.storage else None
+        where = None if valid is None else np.broadcast_to(valid.reshape(dst.shape), dst.shape)
+        if not _retarget(dst, value, where):
+            with _isa.masked(None if where is None else where):
+                _isa.tensor_copy(dst, value)
+    elif isinstance(value, (int, float, np.number, bool)):
+        _isa.memset(dst, value)
+    else:
+        raise NKIError(instr, f"cannot assign a {type(value).__name__} to a tile",
+                       "assign a tile (the result of an nl / nisa call) or a number")
+
+
+def _retarget(dst, value, where) -> bool:
+    """Make the latest instruction, which wrote the whole temporary tile `value`, write dst instead."""
+    trace = current("tensor assignment").trace
+    last = trace[-1] if trace else None
+    aid = value.alloc.id
+    if (last is None or value.data is not value.alloc.storage or value.partial is not None
+            or not any(w == aid for w, _ in last.writes)
+            or dst.buffer.kind not in _isa._WRITES.get(last.engine, ())
+            or dst.partitions != value.partitions or dst.free_size != value.free_size):
+        return False
+    _isa._write(dst, _isa._f32(value), where)
+    last.writes = [(dst.alloc.id, box(dst)) if w == aid else (w, bx) for w, bx in last.writes]
+    return True
+
+
+def accumulate(dst, value):
+    """`t[i] += value`. A matmul result just computed into PSUM accumulates into a PSUM dst on the
+    Tensor Engine (`psum[...] += nisa.nc_matmul(...)`); anything else is dst + value written to dst."""
+    trace = current("tensor accumulation").trace
+    last = trace[-1] if trace else None
+    if (isinstance(value, NkiTensor) and dst.buffer.kind == "psum" and value.buffer.kind == "psum"
+            and last is not None and last.op == "nisa.nc_matmul" and value.data is value.alloc.storage
+            and any(w == value.alloc.id for w, _ in last.writes)):
+        _isa._same_layout("tensor accumulation", dst, value, "value")
+        valid = value.alloc.valid
+        where = None if valid is None else np.broadcast_to(valid.reshape(dst.shape), dst.shape)
+        _isa._write(dst, _isa._f32(dst) + _isa._f32(value).reshape(dst.shape), where)
+        last.writes = [(dst.alloc.id, box(dst)) if w == value.alloc.id else (w, bx) for w, bx in last.writes]
+        last.reads = last.reads + [(dst.alloc.id, box(dst))]
+        return dst
+    assign(dst, _ops.BINARY["add"](dst, value))
+    return dst
 
 
 # ---------------------------------------------------------------------------- Tensor Engine helpers
@@ -255,25 +317,31 @@ def _reduction(token, name, mean=False):
     return helper
 
 
+_masks = _isa.accepts_mask  # every helper takes the older dialect's mask= (see nisa.accepts_mask)
 for _token in _ops.UNARY.values():
-    _token.helper = _unary_helper(_token, vector=_token.name == "reciprocal")
+    _token.helper = _masks(_unary_helper(_token, vector=_token.name == "reciprocal"), f"nl.{_token.name}")
     globals()[_token.name] = _token
 for _token in _ops.BINARY.values():
-    _token.helper = _binary_helper(_token)
+    _token.helper = _masks(_binary_helper(_token), f"nl.{_token.name}")
     globals()[_token.name] = _token
 
-sum = _reduction(_ops.BINARY["add"], "sum")  # noqa: A001 - the NKI name
-max = _reduction(_ops.BINARY["maximum"], "max")  # noqa: A001
-min = _reduction(_ops.BINARY["minimum"], "min")  # noqa: A001
-prod = _reduction(_ops.BINARY["multiply"], "prod")
-mean = _reduction(_ops.BINARY["add"], "mean", mean=True)
-_ops.UNARY["copy"].helper = _copy_tile  # nl.copy is a tensor_copy, not a Scalar Engine pass
+sum = _masks(_reduction(_ops.BINARY["add"], "sum"), "nl.sum")  # noqa: A001 - the NKI name
+max = _masks(_reduction(_ops.BINARY["maximum"], "max"), "nl.max")  # noqa: A001
+min = _masks(_reduction(_ops.BINARY["minimum"], "min"), "nl.min")  # noqa: A001
+prod = _masks(_reduction(_ops.BINARY["multiply"], "prod"), "nl.prod")
+mean = _masks(_reduction(_ops.BINARY["add"], "mean", mean=True), "nl.mean")
+_ops.UNARY["copy"].helper = _masks(_copy_tile, "nl.copy")  # a tensor_copy, not a Scalar Engine pass
+load = _masks(load, "nl.load")
+store = _masks(store, "nl.store")
+matmul = _masks(matmul, "nl.matmul")
+transpose = _masks(transpose, "nl.transpose")
 del _token
 
 __all__ = [
     "sbuf", "psum", "hbm", "shared_hbm", "private_hbm", "tile_size", "ds", "par_dim", "fp32", "finfo",
-    "int8", "int16", "int32", "uint8", "uint16", "uint32", "float8_e4m3", "float8_e5m2", "float16",
-    "bfloat16", "tfloat32", "float32", "bool_",
+    "arange", "mgrid",
+    "int8", "int16", "int32", "uint8", "uint16", "uint32", "float8_e4m3", "float8_e4m3fn", "float8_e5m2",
+    "float16", "bfloat16", "tfloat32", "float32", "bool_",
     "ndarray", "zeros", "ones", "full", "zeros_like", "ndarray_like",
     "program_id", "num_programs", "program_ndim", "affine_range", "sequential_range", "static_range",
     "load", "store", "copy", "matmul", "transpose", "sum", "max", "min", "prod", "mean",

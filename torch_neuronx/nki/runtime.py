@@ -52,11 +52,13 @@ class Run:
         self.psum_banks_used = 0
         self.peak_sbuf = 0
         self.peak_psum_banks = 0
+        self.mask = None  # the older dialect's mask= of the instruction being executed (indexing.Mask array)
         self.shared: list[Allocation] = []  # shared_hbm allocations, reused by every program
         self.shared_index = 0
 
     # ------------------------------------------------------------------ memory
     def allocate(self, shape, dtype, buffer, name=None, instruction="nl.ndarray") -> NkiTensor:
+        blocks = _partition_axis(shape)
         shape = _check_shape(shape, instruction)
         if buffer is None:
             buffer = _default_buffer()
@@ -67,11 +69,13 @@ class Run:
             return self._allocate_hbm(shape, dtype, buffer, name)
         if not shape:
             raise NKIError(instruction, f"an {buffer!r} tensor needs a partition dimension, got shape ()")
-        if shape[0] > PMAX:
-            raise NKIError(instruction, f"partition dimension {shape[0]} of shape {shape} exceeds "
-                           f"nl.tile_size.pmax ({PMAX})", "tile the first axis into chunks of at most 128")
-        per_partition = math.prod(shape[1:]) * _dt.storage_dtype(dtype).itemsize
-        alloc = Allocation(shape, dtype, buffer, name)
+        if shape[blocks] > PMAX:
+            raise NKIError(instruction, f"partition dimension {shape[blocks]} of shape {shape} exceeds "
+                           f"nl.tile_size.pmax ({PMAX})", "tile the partition axis into chunks of at most 128")
+        # Block axes before nl.par_dim: stored partition-major, so a partition holds blocks x free bytes.
+        physical = (shape[blocks],) + shape[:blocks] + shape[blocks + 1:]
+        per_partition = math.prod(physical[1:]) * _dt.storage_dtype(dtype).itemsize
+        alloc = Allocation(physical, dtype, buffer, name)
         if buffer.kind == "sbuf":
             self._reserve_sbuf(per_partition, shape, instruction)
             weakref.finalize(alloc, self._release_sbuf, per_partition)
@@ -79,7 +83,10 @@ class Run:
             banks = self._reserve_psum(per_partition, shape, instruction)
             alloc.acc = None
             weakref.finalize(alloc, self._release_psum, banks)
-        return NkiTensor(alloc, alloc.storage)
+        if not blocks:
+            return NkiTensor(alloc, alloc.storage)
+        logical = alloc.storage.transpose(tuple(range(1, blocks + 1)) + (0,) + tuple(range(blocks + 1, len(shape))))
+        return NkiTensor(alloc, logical, 0, lead=blocks)
 
     def _allocate_hbm(self, shape, dtype, buffer, name):
         if buffer.name == "shared_hbm" and len(self.grid) > 0:
@@ -153,6 +160,22 @@ def _default_buffer():
     from .tensor import sbuf
 
     return sbuf
+
+
+class ParDim(int):
+    """`nl.par_dim(n)`: marks the partition axis of a shape; axes before it are block axes."""
+
+    def __repr__(self):
+        return f"nl.par_dim({int(self)})"
+
+
+def _partition_axis(shape) -> int:
+    """Where the partition axis of an on-chip shape is: the nl.par_dim axis, else 0."""
+    if isinstance(shape, (tuple, list)):
+        for axis, s in enumerate(shape):
+            if isinstance(s, ParDim):
+                return axis
+    return 0
 
 
 def _check_shape(shape, instruction):

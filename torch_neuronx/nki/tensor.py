@@ -3,7 +3,10 @@
 An `Allocation` owns a NumPy array in the storage dtype. An `NkiTensor` is a view: a NumPy view of
 that array plus its byte offset from the allocation start (kept by hand because asking NumPy for a
 view's address costs microseconds, and the cost model needs it for every operand).
-On-chip tensors have the partition dimension first; views must keep it first.
+On-chip tensors have the partition dimension first; views must keep it first. The older dialect's
+block tensors (`nl.ndarray((4, nl.par_dim(128), 512))`) keep it after their block axes: the storage
+is partition-major (each partition holds every block's free bytes) and the tensor is a transposed
+view of it; indexing the blocks away (`t[k]`) gives an ordinary partition-first tile.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import operator
 import numpy as np
 
 from . import dtypes as _dt
+from . import indexing as _ix
 from .errors import NKIError
 
 
@@ -48,7 +52,7 @@ class Allocation:
     """One buffer allocation (an `nl.ndarray`, or a kernel argument copied into HBM)."""
 
     __slots__ = ("id", "buffer", "storage", "dtype", "name", "written", "acc", "rowbytes", "dtype_name",
-                 "full_box", "__weakref__")
+                 "full_box", "valid", "__weakref__")
 
     def __init__(self, shape, dtype, buffer: Buffer, name=None, fill=None, storage=None):
         self.id = next(_ids)
@@ -57,6 +61,7 @@ class Allocation:
         self.name = name
         self.written = False
         self.acc = None  # PSUM only: which elements a matmul accumulation group has started on
+        self.valid = None  # elements a masked instruction wrote when it filled the whole allocation
         if storage is None:
             storage = np.empty(shape, dtype=_dt.storage_dtype(dtype))
             storage.fill(_dt.poison_value(dtype) if fill is None else fill)
@@ -87,16 +92,22 @@ def ds(start, size, step=1) -> DynSlice:
 
 
 class NkiTensor:
-    """A view of an allocation. Index with ints, slices and `nl.ds`; `reshape`, `permute`,
-    `broadcast_to` make more views. Arithmetic operators call the `nl` helpers."""
+    """A view of an allocation. Index with ints, slices and `nl.ds`, or with the older dialect's
+    `nl.arange` / `nl.mgrid` expressions; `reshape`, `permute`, `broadcast_to` make more views.
+    Arithmetic operators call the `nl` helpers.
 
-    __slots__ = ("alloc", "data", "offset", "__weakref__")
+    `lead`: block axes before the partition axis (block tensors, until indexed away).
+    `partial`: an `indexing.PartialView` when an index expression leaves the tensor's bounds."""
+
+    __slots__ = ("alloc", "data", "offset", "lead", "partial", "__weakref__")
     __array_priority__ = 1000  # so that `ndarray + tile` defers to the tile
 
-    def __init__(self, alloc: Allocation, data: np.ndarray, offset: int = 0):
+    def __init__(self, alloc: Allocation, data: np.ndarray, offset: int = 0, lead: int = 0, partial=None):
         self.alloc = alloc
         self.data = data
         self.offset = offset
+        self.lead = lead
+        self.partial = partial
 
     # --- metadata
     @property
@@ -147,11 +158,18 @@ class NkiTensor:
     def __getitem__(self, index):
         if not isinstance(index, tuple):
             index = (index,)
+        if self.partial is not None:
+            raise NKIError("tensor indexing", "an out-of-bounds access pattern cannot be indexed again",
+                           "index the tensor once with all its index expressions")
+        if any(isinstance(item, _ix.IndexExpr) for item in index):
+            data, offset, partial = _ix.affine_view(self, index)
+            return NkiTensor(self.alloc, data, offset, partial=partial)
         data = self.data
         shape, strides = data.shape, data.strides
         items = []
         offset = self.offset
         axis = 0
+        lead = self.lead
         for item in index:
             if item is Ellipsis:
                 rest = len(index) - index.index(Ellipsis) - 1
@@ -188,18 +206,40 @@ class NkiTensor:
                 i %= n
                 offset += i * strides[axis]
                 # On chip the partition axis stays an axis (of size 1): tiles are always [P, ...].
-                items.append(slice(i, i + 1) if (axis == 0 and self.buffer.on_chip) else i)
+                keep = axis == self.lead and self.buffer.on_chip
+                items.append(slice(i, i + 1) if keep else i)
+                lead -= axis < self.lead  # a block index drops that block axis
             else:
                 raise NKIError("tensor indexing", f"unsupported index {item!r}",
                                "use ints, slices or nl.ds(start, size)")
             axis += 1
-        return NkiTensor(self.alloc, data[tuple(items)], offset)
+        return NkiTensor(self.alloc, data[tuple(items)], offset, lead)
 
     def __setitem__(self, index, value):
-        raise NKIError("tensor assignment", "tensors cannot be assigned to with [] in a kernel",
-                       "write with nl.store / nisa.dma_copy (HBM) or nisa.tensor_copy (on chip)")
+        """The older dialect's write: `t[i_p, i_f] = nl.load(...)`, `t[k] = expr` (see nl.assign)."""
+        from . import language as nl
+        nl.assign(self[index], value)
+
+    def same_view(self, other) -> bool:
+        """Whether `other` is exactly this view (so assigning it is a no-op: `t[i] += x`)."""
+        if not isinstance(other, NkiTensor) or other.alloc is not self.alloc or other.shape != self.shape:
+            return False
+        if self.partial is not None or other.partial is not None:
+            return (self.partial is not None and other.partial is not None
+                    and np.array_equal(self.partial.flat, other.partial.flat))
+        return other.offset == self.offset and other.data.strides == self.data.strides
+
+    def physical(self) -> "NkiTensor":
+        """The whole allocation as stored, partition axis first (a block tensor as one tile)."""
+        return NkiTensor(self.alloc, self.alloc.storage, 0)
+
+    def _no_blocks(self, what):
+        if self.lead:
+            raise NKIError(what, f"a tensor of shape {self.shape} still has {self.lead} block dimension(s) "
+                           "before its partition dimension", "index the blocks first: t[b] is one tile")
 
     def reshape(self, *shape) -> "NkiTensor":
+        self._no_blocks("reshape")
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         view = self.data.view()
@@ -216,6 +256,7 @@ class NkiTensor:
     def permute(self, *dims) -> "NkiTensor":
         if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
             dims = tuple(dims[0])
+        self._no_blocks("permute")
         if sorted(dims) != list(range(self.ndim)):
             raise NKIError("permute", f"{dims} is not a permutation of the {self.ndim} axes of {self.shape}")
         if self.buffer.on_chip and dims[0] != 0:
@@ -248,6 +289,10 @@ class NkiTensor:
         op = getattr(nl, name)
         return op(other, self) if reverse else op(self, other)
 
+    def __iadd__(self, o):
+        from . import language as nl
+        return nl.accumulate(self, o)
+
     def __add__(self, o): return self._binary(o, "add")
     def __radd__(self, o): return self._binary(o, "add", True)
     def __sub__(self, o): return self._binary(o, "subtract")
@@ -278,9 +323,10 @@ def box(t: NkiTensor):
     """
     data = t.data
     alloc = t.alloc
-    if data is alloc.storage:  # the whole allocation: the common case, cached
+    # The whole allocation (the common case, cached); a partial access is bounded by it.
+    if data is alloc.storage or t.partial is not None:
         if alloc.full_box is None:
-            alloc.full_box = _box(t)
+            alloc.full_box = _box(NkiTensor(alloc, alloc.storage, 0))
         return alloc.full_box
     return _box(t)
 

@@ -2,11 +2,14 @@
 
 Every instruction checks the hardware rules (which engine may read/write which buffer, shapes,
 partition/free limits), computes in float32, casts into the destination's dtype, and records
-itself in the trace for the cost model.
+itself in the trace for the cost model. Every instruction also takes the older dialect's `mask=`
+(see `accepts_mask`): it then writes only where the mask holds and reads nothing elsewhere.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 import types
 
@@ -14,8 +17,9 @@ import numpy as np
 
 from .. import dtypes as _dt
 from .. import elementwise as _ops
+from .. import indexing as _ix
 from ..errors import NKIError
-from ..runtime import PMAX, current
+from ..runtime import PMAX, active, current
 from ..tensor import NkiTensor, box
 from . import constants
 from .constants import dge_mode, oob_mode
@@ -47,7 +51,60 @@ def _tensor(x, instr, role) -> NkiTensor:
     if not isinstance(x, NkiTensor):
         raise NKIError(instr, f"{role} must be an NKI tensor, got {type(x).__name__}",
                        "allocate it with nl.ndarray or pass a kernel argument")
+    x._no_blocks(instr)
+    if x.partial is not None:
+        _ix.check_in_bounds(x, _active_mask(), instr, role)
     return x
+
+
+# ---------------------------------------------------------------------------- masks
+def _active_mask():
+    run = active()
+    return None if run is None else run.mask
+
+
+@contextlib.contextmanager
+def masked(array):
+    """Run the enclosed instructions under a mask array (None: unmasked); nested helpers see it."""
+    run = current("mask")
+    outer = run.mask
+    run.mask = array
+    try:
+        yield
+    finally:
+        run.mask = outer
+
+
+def accepts_mask(fn, instruction):
+    """Give an instruction or nl helper the older dialect's `mask=`: a comparison of nl.arange /
+    nl.mgrid indices (`i_p < n`, combined with & |), True (no mask) or False (does nothing)."""
+    @functools.wraps(fn)
+    def wrapper(*args, mask=None, **kwargs):
+        if mask is None:
+            return fn(*args, **kwargs)
+        with masked(_ix.mask_array(mask, instruction)):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def _mask_for(t: NkiTensor, role="dst"):
+    """The active mask as a boolean of t's shape, or None."""
+    mask = _active_mask()
+    return None if mask is None else _ix.fit_mask(mask, t.shape, "mask", role)
+
+
+def _masked_input(t: NkiTensor, values: np.ndarray, identity) -> np.ndarray:
+    """`values` (t's elements, any shape of the same size) with masked-out elements replaced by the
+    operation's identity, so that a reduction or matmul does not read them."""
+    mask = _active_mask()
+    if mask is None:
+        return values
+    try:
+        keep = np.broadcast_to(mask, t.shape).reshape(values.shape)
+    except ValueError:
+        return values  # the mask is over another operand's space (e.g. the destination's)
+    return np.where(keep, values, np.float32(identity))
 
 
 def _engine(value, default, allowed, instr):
@@ -91,18 +148,46 @@ def _f32_2d(t: NkiTensor) -> np.ndarray:
     return t.data.reshape(t.partitions, -1).astype(np.float32, copy=False)
 
 
-def _write(t: NkiTensor, values) -> None:
+def _write(t: NkiTensor, values, where=None) -> None:
+    """Cast float32 `values` into t (the cast on output), where the mask holds."""
     values = np.asarray(values)
     if values.shape != t.shape:
         values = values.reshape(t.shape)
-    _dt.cast_into(t.data, values, t.dtype)
-    alloc = t.alloc
-    alloc.written = True
-    if alloc.acc is not None:
+    where = _mask_for(t) if where is None else where
+    if where is None and t.partial is None:
+        _dt.cast_into(t.data, values, t.dtype)
+        _written(t, None)
+    else:
+        cast = np.empty(t.shape, t.data.dtype)
+        _dt.cast_into(cast, values, t.dtype)
+        _store(t, cast, where)
+    if t.alloc.acc is not None and t.partial is None:
         _acc_view(t)[...] = 0.0  # any other write ends a matmul accumulation group
 
 
+def _store(t: NkiTensor, values, where=None) -> None:
+    """Put `values` (already in t's storage dtype) into t where `where` (default: the active mask)."""
+    where = _mask_for(t) if where is None else where
+    if where is None and t.partial is None:
+        t.data[...] = values
+    else:
+        np.copyto(t.data, np.broadcast_to(values, t.shape), where=True if where is None else where)
+        if t.partial is not None:
+            _ix.scatter(t, where)
+    _written(t, where)
+
+
+def _written(t: NkiTensor, where) -> None:
+    alloc = t.alloc
+    alloc.written = True
+    if t.data is alloc.storage:  # which elements of a whole (helper-result) tile hold values
+        alloc.valid = None if where is None else np.array(where)
+
+
 def _acc_view(t: NkiTensor) -> np.ndarray:
+    if t.partial is not None:
+        raise NKIError("nisa.nc_matmul", f"the PSUM destination is out of bounds: {t.partial.violation}",
+                       "keep a matmul's destination inside its tile")
     alloc = t.alloc
     if alloc.acc is None:
         alloc.acc = np.zeros(alloc.storage.shape, dtype=alloc.storage.dtype)
@@ -123,7 +208,10 @@ def _scalar_operand(value, instr, role, partitions, eng):
 
 
 def _record(op, eng, writes, reads, cost, **kw):
-    return current(op).record(op, eng, writes, reads, cost, **kw)
+    run = current(op)
+    if run.mask is not None and not run.mask.any():
+        return None  # masked out entirely: the instruction is not issued
+    return run.record(op, eng, writes, reads, cost, **kw)
 
 
 # ---------------------------------------------------------------------------- data movement
@@ -144,8 +232,7 @@ def dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, dge_mode=None, name=None)
         _write(dst, op.fn(_f32(dst), values.astype(np.float32)))
     elif dst.dtype is src.dtype or (dst.dtype == src.dtype and dst.dtype is not _dt.tfloat32
                                     and src.dtype is not _dt.tfloat32):
-        dst.data[...] = values
-        dst.alloc.written = True
+        _store(dst, values)
     else:
         _write(dst, values.astype(np.float32))
     side = dst if dst.buffer.on_chip else (src if src.buffer.on_chip else dst)
@@ -154,16 +241,16 @@ def dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, dge_mode=None, name=None)
     _record(instr, "dma", [dst], [src], ("dma", nbytes, per_partition), nbytes=nbytes)
 
 
-def tensor_copy(dst, src, engine=None, name=None):
-    """Copy (and cast) an on-chip tile: Vector (default), Scalar or GpSimd Engine."""
+def tensor_copy(dst, src, engine=None, name=None, dtype=None):
+    """Copy (and cast) an on-chip tile: Vector (default), Scalar or GpSimd Engine. `dtype` (AWS's
+    beta-2 tutorials pass it) is accepted; the cast is always to dst's dtype."""
     instr = "nisa.tensor_copy"
     dst, src = _tensor(dst, instr, "dst"), _tensor(src, instr, "src")
     eng = _engine(engine, "vector", ("vector", "scalar", "gpsimd"), instr)
     _access(instr, eng, reads=[("src", src)], writes=[("dst", dst)])
     _same_layout(instr, dst, src, "src")
     if dst.dtype == src.dtype and dst.dtype is not _dt.tfloat32 and dst.alloc.acc is None:
-        dst.data[...] = src.data.reshape(dst.shape)
-        dst.alloc.written = True
+        _store(dst, src.data.reshape(dst.shape))
     else:
         _write(dst, _f32(src))
     _record(instr, eng, [dst], [src], ("elementwise", dst.free_size))
@@ -217,15 +304,28 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     for role, t in (("stationary", st), ("moving", mv)):
         if not _dt.is_float(t.dtype):
             raise NKIError(instr, f"{role} dtype {_dt.name(t.dtype)} is not a floating-point type")
-    result = _f32_2d(st).T @ _f32_2d(mv)
-    _matmul_write(dst, result, accumulate)
+    result = _masked_input(st, _f32_2d(st), 0).T @ _masked_input(mv, _f32_2d(mv), 0)
+    _matmul_write(dst, result, accumulate, _matmul_mask(dst, mv))
     dtype_name = _dt.name(mv.dtype if _dt.is_fp8(mv.dtype) and _dt.is_fp8(st.dtype) else
                           (st.dtype if fp32_in[0] else _dt.bfloat16))
     _record(instr, "tensor", [dst], [st, mv], ("matmul", m, n, dtype_name), flops=2 * k * m * n,
             matmul_dtype=dtype_name)
 
 
-def _matmul_write(dst, result, accumulate):
+def _matmul_mask(dst, mv):
+    """Where a masked matmul writes. A mask over the moving tensor [K, N] writes the result columns
+    it keeps for some k (masked contraction rows are only not read); others apply to dst as is."""
+    mask = _active_mask()
+    if mask is None:
+        return None
+    try:
+        over_moving = np.broadcast_to(mask, mv.shape).reshape(mv.partitions, -1)
+    except ValueError:
+        return _mask_for(dst)
+    return np.broadcast_to(over_moving.any(axis=0, keepdims=True), (dst.partitions, dst.free_size)).reshape(dst.shape)
+
+
+def _matmul_write(dst, result, accumulate, where=None):
     result = result.reshape(dst.shape)
     acc = _acc_view(dst)
     if accumulate is None:
@@ -236,8 +336,7 @@ def _matmul_write(dst, result, accumulate):
             result = np.where(started, _f32(dst) + result, result)
     elif accumulate:
         result = _f32(dst) + result
-    dst.data[...] = result
-    dst.alloc.written = True
+    _store(dst, result, where)
     acc[...] = 1.0
 
 
@@ -341,6 +440,11 @@ def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False
                                                                                   other.buffer.kind)))
 
 
+# What a masked-out element counts as in a reduction (it is not read).
+_IDENTITY = {"add": 0.0, "multiply": 1.0, "maximum": -np.inf, "minimum": np.inf,
+             "logical_and": 1.0, "logical_or": 0.0}
+
+
 def _reduce_axes(instr, data, axis):
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
     axes = tuple(int(a) % data.ndim for a in axes)
@@ -359,7 +463,8 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
         raise NKIError(instr, f"operator {token!r} cannot reduce", "use nl.add, nl.maximum, nl.minimum or nl.multiply")
     _access(instr, "vector", reads=[("data", data)], writes=[("dst", dst)])
     axes = _reduce_axes(instr, data, axis)
-    result = token.reducer.reduce(_f32(data), axis=axes, keepdims=True).astype(np.float32)
+    values = _masked_input(data, _f32(data), _IDENTITY.get(token.name, 0))
+    result = token.reducer.reduce(values, axis=axes, keepdims=True).astype(np.float32)
     if negate:
         result = -result
     if dst.partitions != data.partitions or dst.free_size != result.size // data.partitions:
@@ -399,8 +504,9 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
         rtoken = _ops.resolve(reduce_op if reduce_op is not None else _ops.BINARY["add"], instr, 2)
         if rtoken.reducer is None:
             raise NKIError(instr, f"operator {rtoken!r} cannot reduce")
-        # The reduction sees the values as written (after the cast to dst's dtype).
-        _write(res, rtoken.reducer.reduce(_f32_2d(dst), axis=1, keepdims=True))
+        # The reduction sees the values as written (after the cast to dst's dtype), masked ones excluded.
+        written = _masked_input(dst, _f32_2d(dst), _IDENTITY.get(rtoken.name, 0))
+        _write(res, rtoken.reducer.reduce(written, axis=1, keepdims=True))
         writes.append(res)
     _record(instr, "scalar", writes, reads, ("elementwise", dst.free_size))
 
@@ -504,3 +610,11 @@ def bn_aggr(dst, data, name=None):
     m2_total = m2.sum(axis=1) + (count * (mean - grand[:, None]) ** 2).sum(axis=1)
     _write(dst, np.stack([grand, m2_total / safe], axis=1).astype(np.float32))
     _record(instr, "vector", [dst], [data], ("reduce", data.free_size))
+
+
+_MASKED = ("dma_copy", "tensor_copy", "memset", "nc_matmul", "nc_transpose", "tensor_tensor", "tensor_scalar",
+           "scalar_tensor_tensor", "tensor_reduce", "activation", "activation_reduce", "reciprocal", "iota",
+           "affine_select", "bn_stats", "bn_aggr")
+for _name in _MASKED:
+    globals()[_name] = accepts_mask(globals()[_name], f"nisa.{_name}")
+del _name

@@ -97,18 +97,28 @@ def test_backward_reduce_and_elemt_match_cpu_batch_norm_backward(shape, dtype):
     _ran("batch_norm_backward_reduce", "batch_norm_backward_elemt")
 
 
-def test_backward_reduce_returns_only_what_the_flags_ask_for():
+def test_backward_reduce_returns_all_four_whatever_the_flags_as_torchneuron():
     x = _x(4, 3, 5).to(DEVICE)
     mean, invstd = torch.batch_norm_stats(x, EPS)
-    assert torch.batch_norm_backward_reduce(x, x, mean, invstd, None, False, False, False) == (None,) * 4
-    out = torch.batch_norm_backward_reduce(x, x, mean, invstd, None, True, False, True)
-    assert out[0] is not None and out[1] is not None and out[2] is None and out[3].shape == (3,)
+    full = torch.batch_norm_backward_reduce(x, x, mean, invstd, None, True, True, True)
+    for flags in ((False, False, False), (True, False, True), (False, True, False)):
+        out = torch.batch_norm_backward_reduce(x, x, mean, invstd, None, *flags)
+        assert [t.shape for t in out] == [(3,)] * 4
+        for got, want in zip(out, full):
+            torch.testing.assert_close(got.cpu(), want.cpu(), rtol=0, atol=0)
 
 
-def test_backward_elemt_needs_int32_counts():
+@pytest.mark.parametrize("count_dtype", [torch.int32, torch.int64])
+def test_backward_elemt_takes_integer_counts_and_refuses_others(count_dtype):
     x = _x(4, 3, 5).to(DEVICE)
     mean, invstd = torch.batch_norm_stats(x, EPS)
-    with pytest.raises(RuntimeError, match="expected count to be an int32 tensor"):
+    sum_dy, sum_dy_xmu, _, _ = torch.batch_norm_backward_reduce(x, x, mean, invstd, None, True, True, True)
+    want = torch.batch_norm_backward_elemt(x, x, mean, invstd, None, sum_dy, sum_dy_xmu,
+                                           torch.tensor([20], dtype=torch.int32, device=DEVICE))
+    got = torch.batch_norm_backward_elemt(x, x, mean, invstd, None, sum_dy, sum_dy_xmu,
+                                          torch.tensor([20], dtype=count_dtype, device=DEVICE))
+    torch.testing.assert_close(got.cpu(), want.cpu(), rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="expected count to be an integer tensor"):
         torch.batch_norm_backward_elemt(x, x, mean, invstd, None, mean, mean, torch.tensor([20.0], device=DEVICE))
 
 

@@ -74,26 +74,27 @@ def batch_norm_elemt_out(input, weight, bias, mean, invstd, eps: float, *, out):
 
 
 def batch_norm_backward_reduce(grad_out, input, mean, invstd, weight, input_g: bool, weight_g: bool, bias_g: bool):
-    """(sum_dy, sum_dy_xmu, grad_weight, grad_bias) per channel; each is
-    returned only when its flag asks for it (None otherwise, an undefined
-    tensor as on CUDA). Sums in mean's dtype, weight and bias gradients in the
-    weight's dtype."""
+    """(sum_dy, sum_dy_xmu, grad_weight, grad_bias) per channel. As TorchNeuron
+    (tests/python_ops/test_batch_norm_backward_reduce.py in AWS's snapshot), all four
+    are returned whatever the flags say (CUDA leaves the unrequested ones undefined;
+    SyncBatchNorm's backward reads only what it asked for). Sums in mean's dtype,
+    weight and bias gradients in the weight's dtype."""
     stat = mean.dtype
     dims = _reduced_dims(input)
     dy = grad_out.to(stat)
     sum_dy = dy.sum(dims)
     sum_dy_xmu = (dy * (input.to(stat) - _per_channel(mean, input))).sum(dims)
     param_dtype = weight.dtype if weight is not None else stat
-    return (sum_dy if input_g else None, sum_dy_xmu if input_g else None,
-            (sum_dy_xmu * invstd).to(param_dtype) if weight_g else None,
-            sum_dy.to(param_dtype) if bias_g else None)
+    return sum_dy, sum_dy_xmu, (sum_dy_xmu * invstd).to(param_dtype), sum_dy.to(param_dtype)
 
 
 def batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, count):
     """The input gradient from the all-reduced sums; `count` holds every
-    rank's element count per channel (int32), their sum is the batch."""
-    if count.dtype != torch.int32:
-        raise RuntimeError(f"batch_norm_backward_elemt: expected count to be an int32 tensor, got {count.dtype}")
+    rank's element count per channel (an integer tensor: SyncBatchNorm passes
+    int32, TorchNeuron accepts int64 too), their sum is the batch."""
+    if count.dtype.is_floating_point or count.dtype.is_complex or count.dtype == torch.bool:
+        raise RuntimeError(f"batch_norm_backward_elemt: expected count to be an integer tensor (int32 as "
+                           f"SyncBatchNorm passes it), got {count.dtype}")
     stat = mean.dtype
     norm = 1.0 / count.sum().to(stat)
     scale = invstd if weight is None else weight.to(stat) * invstd

@@ -212,10 +212,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolutionBackward(
       hostOperand(grad_output), hostOperand(input), hostOperand(weight),
       std::vector<int64_t>{bias_size}, stride, padding, dilation, transposed, output_padding,
       groups, output_mask);
-  auto adopt = [device](const at::Tensor& t) {
-    return t.defined() ? adoptKernelResult(t, device) : t;
+  // A gradient output_mask leaves out is undefined, as on CUDA and TorchNeuron
+  // (some CPU paths compute it anyway).
+  auto adopt = [device, &output_mask](const at::Tensor& t, size_t i) {
+    return t.defined() && output_mask[i] ? adoptKernelResult(t, device) : at::Tensor();
   };
-  return {adopt(grad_input), adopt(grad_weight), adopt(grad_bias)};
+  return {adopt(grad_input, 0), adopt(grad_weight, 1), adopt(grad_bias, 2)};
 }
 
 // Dropout is PyTorch's CPU kernel on the host operand, drawing its mask from

@@ -925,6 +925,23 @@ def test_onednn_kernels_do_not_abort(onednn_status, name):
     assert status[name] == 0, f"{name}: exit status {status[name]}\n{stderr[-1500:]}"
 
 
+@pytest.mark.parametrize("output_mask", [(True, True, True), (True, False, True), (False, True, False),
+                                         (False, False, True)])
+def test_convolution_backward_leaves_out_the_gradients_output_mask_does_not_ask_for(output_mask):
+    """As CUDA and TorchNeuron: an unrequested gradient is undefined (None), the others match
+    the CPU's (some CPU paths compute every gradient whatever the mask)."""
+    x, w, g = torch.randn(2, 3, 7, 7), torch.randn(4, 3, 3, 3), torch.randn(2, 4, 7, 7)
+    args = dict(bias_sizes=[4], stride=(1, 1), padding=(1, 1), dilation=(1, 1), transposed=False,
+                output_padding=(0, 0), groups=1, output_mask=list(output_mask))
+    want = torch.ops.aten.convolution_backward(g, x, w, **args)
+    got = torch.ops.aten.convolution_backward(g.to(NEURON), x.to(NEURON), w.to(NEURON), **args)
+    for asked, have, cpu in zip(output_mask, got, want):
+        if asked:
+            torch.testing.assert_close(have.cpu(), cpu, rtol=1e-4, atol=1e-4)
+        else:
+            assert have is None
+
+
 def test_native_ops_used_here_do_not_fall_back():
     torch_neuronx.clear_op_tracking()
     x = torch.randn(4, 5, device=NEURON)

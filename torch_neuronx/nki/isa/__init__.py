@@ -26,6 +26,8 @@ from .constants import dge_mode, oob_mode
 
 engine = types.SimpleNamespace(tensor="tensor", vector="vector", scalar="scalar", gpsimd="gpsimd",
                                dma="dma", unknown=None)
+# The older dialect's spellings (`engine=nisa.vector_engine`).
+tensor_engine, vector_engine, scalar_engine, gpsimd_engine, unknown_engine = "tensor", "vector", "scalar", "gpsimd", None
 
 _ENGINE_NAMES = {"tensor": "Tensor Engine", "vector": "Vector Engine", "scalar": "Scalar Engine",
                  "gpsimd": "GpSimd Engine", "dma": "DMA"}
@@ -454,6 +456,13 @@ def _reduce_axes(instr, data, axis):
     return axes
 
 
+def reduced_shape(data, axes, keepdims) -> tuple:
+    """The shape of `data` reduced over free `axes` (size 1 there with keepdims, else dropped)."""
+    if keepdims:
+        return tuple(1 if i in axes else s for i, s in enumerate(data.shape))
+    return tuple(s for i, s in enumerate(data.shape) if i not in axes)
+
+
 def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
     """dst = reduce(op) of data over free `axis` (int or tuple, never 0) on the Vector Engine."""
     instr = "nisa.tensor_reduce"
@@ -525,6 +534,29 @@ def reciprocal(dst, data, name=None):
     _record(instr, "vector", [dst], [data], ("reciprocal", dst.free_size))
 
 
+def dropout(dst, data, prob, name=None):
+    """dst = data with each element replaced by 0 with probability `prob` (a number or a [P, 1]
+    tile), on the Vector Engine; kept elements are not rescaled. The draws come from the launch's
+    NumPy generator (`nl.random_seed`), not the hardware's: only the statistics match."""
+    instr = "nisa.dropout"
+    dst, data = _tensor(dst, instr, "dst"), _tensor(data, instr, "data")
+    _access(instr, "vector", reads=[("data", data)], writes=[("dst", dst)])
+    _same_layout(instr, dst, data)
+    p, pt = _scalar_operand(prob, instr, "prob", data.partitions, "vector")
+    x = _f32_2d(data)
+    keep = random_generator(instr).random(x.shape, dtype=np.float32) >= p
+    _write(dst, np.where(keep, x, np.float32(0)))
+    _record(instr, "vector", [dst], [data] + ([pt] if pt is not None else []), ("elementwise", dst.free_size))
+
+
+def random_generator(instr) -> np.random.Generator:
+    """The launch's random generator: seeded by nl.random_seed, else with 0 (repeatable runs)."""
+    run = current(instr)
+    if run.rng is None:
+        run.rng = np.random.default_rng(0)
+    return run.rng
+
+
 # ---------------------------------------------------------------------------- GpSimd Engine
 def _affine(instr, dst, pattern, offset, channel_multiplier):
     """offset + channel_multiplier * p + sum(step_i * j_i) over dst's [P, num_1, num_2, ...] grid."""
@@ -558,14 +590,22 @@ def affine_select(dst, pattern, offset, channel_multiplier, on_true_tile, on_fal
                   name=None):
     """dst = on_true_tile where cmp_op(affine expression, 0) else on_false_value (GpSimd Engine).
     The expression is the iota one; cmp_op defaults to nl.greater_equal (causal masks)."""
+    token = _ops.resolve(cmp_op if cmp_op is not None else _ops.BINARY["greater_equal"], "nisa.affine_select", 2)
+    select_where(dst, on_true_tile, on_false_value, lambda d: token.fn(
+        _affine("nisa.affine_select", d, pattern, offset, channel_multiplier), np.float32(0)) != 0)
+
+
+def select_where(dst, on_true_tile, on_false_value, keep):
+    """affine_select's checks and data path: dst = on_true_tile where `keep(dst)` (a boolean of
+    dst's [P, F] layout) holds, else on_false_value (GpSimd). The value-returning form passes its
+    predicate (a comparison of index expressions) here."""
     instr = "nisa.affine_select"
     dst = _tensor(dst, instr, "dst")
     src = _tensor(on_true_tile, instr, "on_true_tile")
     _access(instr, "gpsimd", reads=[("on_true_tile", src)], writes=[("dst", dst)])
     _same_layout(instr, dst, src, "on_true_tile")
-    token = _ops.resolve(cmp_op if cmp_op is not None else _ops.BINARY["greater_equal"], instr, 2)
-    keep = token.fn(_affine(instr, dst, pattern, offset, channel_multiplier), np.float32(0)) != 0
-    _write(dst, np.where(keep, _f32_2d(src), np.float32(on_false_value)))
+    where = np.asarray(keep(dst)).reshape(dst.partitions, -1)
+    _write(dst, np.where(where, _f32_2d(src), np.float32(on_false_value)))
     _record(instr, "gpsimd", [dst], [src], ("gpsimd", dst.free_size))
 
 
@@ -614,7 +654,12 @@ def bn_aggr(dst, data, name=None):
 
 _MASKED = ("dma_copy", "tensor_copy", "memset", "nc_matmul", "nc_transpose", "tensor_tensor", "tensor_scalar",
            "scalar_tensor_tensor", "tensor_reduce", "activation", "activation_reduce", "reciprocal", "iota",
-           "affine_select", "bn_stats", "bn_aggr")
+           "affine_select", "bn_stats", "bn_aggr", "dropout")
+from . import value_forms as _value_forms  # noqa: E402 - the older forms call the instructions above
+
 for _name in _MASKED:
-    globals()[_name] = accepts_mask(globals()[_name], f"nisa.{_name}")
-del _name
+    _fn = globals()[_name]
+    if _name in _value_forms.OLDER:
+        _fn = _value_forms.both_forms(_fn, _value_forms.OLDER[_name], f"nisa.{_name}")
+    globals()[_name] = accepts_mask(_fn, f"nisa.{_name}")
+del _name, _fn

@@ -30,7 +30,7 @@ from ..runtime import ParDim, current
 from ..tensor import NkiTensor, psum, sbuf
 
 # Parameters of the destination forms that are tensors (what tells the forms apart when both bind).
-_TENSOR_ROLES = frozenset({"dst", "src", "data", "data1", "data2", "stationary", "moving", "on_true_tile"})
+_TENSOR_ROLES = frozenset({"dst", "src", "data", "data0", "data1", "data2", "stationary", "moving", "on_true_tile"})
 
 
 def is_destination_form(signature: inspect.Signature, args, kwargs) -> bool:
@@ -118,6 +118,14 @@ def tensor_tensor(data1, data2, op, *, dtype=None, engine=None, name=None):
     a, b = _operand(data1, instr, "data1"), _operand(data2, instr, "data2")
     dst = _result(instr, a.shape, dtype or _dt.higher_precision(a.dtype, b.dtype))
     _isa.tensor_tensor(dst, a, b, op, engine=engine)
+    return dst
+
+
+def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *, dtype=None, name=None):
+    instr = "nisa.tensor_tensor_scan"
+    a, b = _operand(data0, instr, "data0"), _operand(data1, instr, "data1")
+    dst = _result(instr, a.shape, dtype or _dt.higher_precision(a.dtype, b.dtype))
+    _isa.tensor_tensor_scan(dst, a, b, initial, op0, op1, reverse0=reverse0, reverse1=reverse1)
     return dst
 
 
@@ -230,5 +238,5 @@ def bn_aggr(data, *, dtype=None, name=None):
 
 
 OLDER = {fn.__name__: fn for fn in (
-    nc_matmul, nc_transpose, tensor_copy, memset, tensor_tensor, tensor_scalar, scalar_tensor_tensor,
+    nc_matmul, nc_transpose, tensor_copy, memset, tensor_tensor, tensor_tensor_scan, tensor_scalar, scalar_tensor_tensor,
     tensor_reduce, activation, activation_reduce, reciprocal, dropout, iota, affine_select, bn_stats, bn_aggr)}

@@ -52,6 +52,13 @@ def _dst(shape, dtype=nl.float32, buffer=nl.sbuf):
     return make
 
 
+def _scan(a, b, initial):
+    out, prev = np.empty_like(a), initial
+    for i in range(a.shape[1]):
+        prev = out[:, i] = a[:, i] * prev + b[:, i]
+    return out
+
+
 _IP, _IF = nl.mgrid[0:128, 0:64]
 
 # name: (destination form, value-returning form, NumPy reference)
@@ -126,6 +133,10 @@ CASES = {
         _dst((128, 64))(lambda d, x, y, v, w: nisa.affine_select(d, [[-1, 64]], 0, 1, x, -9.0)),
         lambda x, y, v, w: nisa.affine_select(_IP - _IF >= 0, x, -9.0),
         np.where(np.arange(128)[:, None] >= np.arange(64)[None, :], X, np.float32(-9.0))),
+    "tensor_tensor_scan": (
+        _dst((128, 64))(lambda d, x, y, v, w: nisa.tensor_tensor_scan(d, x, y, v, nl.multiply, nl.add)),
+        lambda x, y, v, w: nisa.tensor_tensor_scan(x, y, v, np.multiply, np.add),
+        _scan(X, Y, V[:, 0])),
     "bn_stats_bn_aggr": (
         lambda x, y, v, w: _bn_dst(x),
         lambda x, y, v, w: nisa.bn_aggr(nisa.bn_stats(x)),
@@ -138,6 +149,24 @@ def _bn_dst(x):
     nisa.bn_stats(stats, x)
     nisa.bn_aggr(out, stats)
     return out
+
+
+@nki.jit
+def _masked_stats(a, n):
+    out = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+    i_p, i_f = nl.mgrid[0:128, 0:512]
+    x = nl.load(a)
+    stats = nl.ndarray((128, 6), dtype=nl.float32)
+    stats[...] = nisa.bn_stats(x[i_p, i_f], mask=(i_f < n))
+    nl.store(out, value=nisa.bn_aggr(stats))
+    return out
+
+
+def test_masked_bn_stats_counts_only_the_kept_elements():
+    a = RNG.standard_normal((128, 512), dtype=np.float32)
+    a[:, 300:] = 1e6  # would dominate mean and variance if read
+    got = _masked_stats(a, 300)
+    np.testing.assert_allclose(got, np.stack([a[:, :300].mean(1), a[:, :300].var(1)], axis=1), rtol=1e-4, atol=1e-5)
 
 
 def _trace(kernel):

@@ -27,7 +27,8 @@ from .constants import dge_mode, oob_mode
 engine = types.SimpleNamespace(tensor="tensor", vector="vector", scalar="scalar", gpsimd="gpsimd",
                                dma="dma", unknown=None)
 # The older dialect's spellings (`engine=nisa.vector_engine`).
-tensor_engine, vector_engine, scalar_engine, gpsimd_engine, unknown_engine = "tensor", "vector", "scalar", "gpsimd", None
+tensor_engine, vector_engine, scalar_engine, gpsimd_engine = "tensor", "vector", "scalar", "gpsimd"
+unknown_engine = None
 
 _ENGINE_NAMES = {"tensor": "Tensor Engine", "vector": "Vector Engine", "scalar": "Scalar Engine",
                  "gpsimd": "GpSimd Engine", "dma": "DMA"}

@@ -238,5 +238,6 @@ def bn_aggr(data, *, dtype=None, name=None):
 
 
 OLDER = {fn.__name__: fn for fn in (
-    nc_matmul, nc_transpose, tensor_copy, memset, tensor_tensor, tensor_tensor_scan, tensor_scalar, scalar_tensor_tensor,
-    tensor_reduce, activation, activation_reduce, reciprocal, dropout, iota, affine_select, bn_stats, bn_aggr)}
+    nc_matmul, nc_transpose, tensor_copy, memset, tensor_tensor, tensor_tensor_scan, tensor_scalar,
+    scalar_tensor_tensor, tensor_reduce, activation, activation_reduce, reciprocal, dropout, iota, affine_select,
+    bn_stats, bn_aggr)}

@@ -94,6 +94,22 @@ def is_fp8(dtype) -> bool:
     return dtype is not tfloat32 and dtype in (float8_e4m3, float8_e4m3fn, float8_e5m2)
 
 
+def higher_precision(a, b):
+    """The operand dtype an instruction's result takes when none is given: the more precise of two
+    (a float over an integer, then more bytes, then more mantissa bits: float16 over bfloat16)."""
+    if a is b or (a == b and tfloat32 not in (a, b)):
+        return a
+    return max((a, b), key=_precision)
+
+
+def _precision(dtype):
+    if not is_float(dtype):
+        return (0, dtype.itemsize, 0)
+    if dtype is tfloat32:
+        return (1, 4, 10)
+    return (1, dtype.itemsize, ml_dtypes.finfo(dtype).nmant)
+
+
 def poison_value(dtype):
     """What a fresh buffer holds: NaN for floats, the most negative integer for integers."""
     if is_float(dtype):

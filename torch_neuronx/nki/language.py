@@ -233,6 +233,25 @@ def transpose(x, dtype=None) -> NkiTensor:
     return out
 
 
+# ---------------------------------------------------------------------------- random numbers
+def random_seed(seed) -> None:
+    """Seed the launch's random generator (what nl.dropout / nisa.dropout draw from): a number, or
+    a tile whose first element is the seed. Not an instruction here (nothing is costed)."""
+    if isinstance(seed, NkiTensor):
+        seed = seed.data.reshape(-1)[0]
+    run = current("nl.random_seed")
+    run.rng = np.random.default_rng(int(seed))
+
+
+def dropout(x, rate, dtype=None, name=None) -> NkiTensor:
+    """x with each element zeroed with probability `rate` (a number or a [P, 1] tile), in a new SBUF
+    tile (nisa.dropout on the Vector Engine); kept elements are not rescaled."""
+    x = _isa._tensor(x, "nl.dropout", "x")
+    out = _new(x.shape, dtype or x.dtype, sbuf, name, "nl.dropout")
+    _isa.dropout(out, x, rate)
+    return out
+
+
 # ---------------------------------------------------------------------------- element-wise helpers
 def _result_dtype(*tensors):
     dts = {t.dtype for t in tensors if isinstance(t, NkiTensor)}
@@ -300,11 +319,7 @@ def _reduction(token, name, mean=False):
         instr = f"nl.{helper.__name__}"
         x = _isa._tensor(x, instr, "x")
         axes = _isa._reduce_axes(instr, x, axis)
-        if keepdims:
-            shape = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
-        else:
-            shape = tuple(s for i, s in enumerate(x.shape) if i not in axes)
-        out = _new(shape, dtype or x.dtype, sbuf, name, instr)
+        out = _new(_isa.reduced_shape(x, axes, keepdims), dtype or x.dtype, sbuf, name, instr)
         _isa.tensor_reduce(out, token, x, axes, keepdims=keepdims)
         if mean:
             count = math.prod(x.shape[a] for a in axes)
@@ -335,6 +350,8 @@ load = _masks(load, "nl.load")
 store = _masks(store, "nl.store")
 matmul = _masks(matmul, "nl.matmul")
 transpose = _masks(transpose, "nl.transpose")
+random_seed = _masks(random_seed, "nl.random_seed")
+dropout = _masks(dropout, "nl.dropout")
 del _token
 
 __all__ = [
@@ -344,6 +361,6 @@ __all__ = [
     "float16", "bfloat16", "tfloat32", "float32", "bool_",
     "ndarray", "zeros", "ones", "full", "zeros_like", "ndarray_like",
     "program_id", "num_programs", "program_ndim", "affine_range", "sequential_range", "static_range",
-    "load", "store", "copy", "matmul", "transpose", "sum", "max", "min", "prod", "mean",
+    "load", "store", "copy", "matmul", "transpose", "random_seed", "dropout", "sum", "max", "min", "prod", "mean",
     *_ops.UNARY, *_ops.BINARY,
 ]

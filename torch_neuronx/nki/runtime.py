@@ -55,6 +55,7 @@ class Run:
         self.mask = None  # the older dialect's mask= of the instruction being executed (indexing.Mask array)
         self.shared: list[Allocation] = []  # shared_hbm allocations, reused by every program
         self.shared_index = 0
+        self.rng = None  # nisa.dropout's generator (nl.random_seed), created on first use
 
     # ------------------------------------------------------------------ memory
     def allocate(self, shape, dtype, buffer, name=None, instruction="nl.ndarray") -> NkiTensor:

@@ -26,6 +26,9 @@ from .constants import dge_mode, oob_mode
 
 engine = types.SimpleNamespace(tensor="tensor", vector="vector", scalar="scalar", gpsimd="gpsimd",
                                dma="dma", unknown=None)
+# The older dialect's spellings (`engine=nisa.vector_engine`).
+tensor_engine, vector_engine, scalar_engine, gpsimd_engine = "tensor", "vector", "scalar", "gpsimd"
+unknown_engine = None
 
 _ENGINE_NAMES = {"tensor": "Tensor Engine", "vector": "Vector Engine", "scalar": "Scalar Engine",
                  "gpsimd": "GpSimd Engine", "dma": "DMA"}
@@ -97,14 +100,20 @@ def _mask_for(t: NkiTensor, role="dst"):
 def _masked_input(t: NkiTensor, values: np.ndarray, identity) -> np.ndarray:
     """`values` (t's elements, any shape of the same size) with masked-out elements replaced by the
     operation's identity, so that a reduction or matmul does not read them."""
+    keep = _input_keep(t)
+    return values if keep is None else np.where(keep.reshape(values.shape), values, np.float32(identity))
+
+
+def _input_keep(t: NkiTensor):
+    """Which elements of input t the active mask lets the instruction read, as [P, F]; None for all
+    (no mask, or a mask over another operand's space, e.g. the destination's)."""
     mask = _active_mask()
     if mask is None:
-        return values
+        return None
     try:
-        keep = np.broadcast_to(mask, t.shape).reshape(values.shape)
+        return np.broadcast_to(mask, t.shape).reshape(t.partitions, -1)
     except ValueError:
-        return values  # the mask is over another operand's space (e.g. the destination's)
-    return np.where(keep, values, np.float32(identity))
+        return None
 
 
 def _engine(value, default, allowed, instr):
@@ -416,6 +425,31 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
     _record(instr, eng, [dst], reads, ("elementwise", dst.free_size))
 
 
+def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False, name=None):
+    """A scan along the free axis, per partition (Vector Engine):
+    dst[:, i] = (data0[:, i] <op0> dst[:, i-1]) <op1> data1[:, i], with `initial` (a number or a
+    [P, 1] tile) in place of dst[:, -1]. `reverse` swaps the operands of that op."""
+    instr = "nisa.tensor_tensor_scan"
+    dst, a, b = _tensor(dst, instr, "dst"), _tensor(data0, instr, "data0"), _tensor(data1, instr, "data1")
+    _access(instr, "vector", reads=[("data0", a), ("data1", b)], writes=[("dst", dst)])
+    if a.buffer.kind == "psum" and b.buffer.kind == "psum":
+        raise NKIError(instr, "data0 and data1 are both in nl.psum; at most one input may be in PSUM",
+                       "copy one of them to SBUF first (nisa.tensor_copy)")
+    _same_layout(instr, dst, a, "data0")
+    _same_layout(instr, dst, b, "data1")
+    t0, t1 = _ops.resolve(op0, instr, 2), _ops.resolve(op1, instr, 2)
+    prev, tensor = _scalar_operand(initial, instr, "initial", a.partitions, "vector")
+    x, y = _f32_2d(a), _f32_2d(b)
+    out = np.empty_like(x)
+    prev = np.broadcast_to(np.float32(prev) if tensor is None else prev[:, 0], (a.partitions,))
+    for i in range(x.shape[1]):  # a recurrence: one NumPy step per column, all partitions at once
+        step = t0.fn(prev, x[:, i]) if reverse0 else t0.fn(x[:, i], prev)
+        prev = out[:, i] = t1.fn(y[:, i], step) if reverse1 else t1.fn(step, y[:, i])
+    _write(dst, out)
+    reads = [a, b] + ([tensor] if tensor is not None else [])
+    _record(instr, "vector", [dst], reads, ("tensor_tensor", dst.free_size, "psum" in (a.buffer.kind, b.buffer.kind)))
+
+
 def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False,
                          engine=None, name=None):
     """dst = (data <op0> operand0) <op1> operand1, operand0 a number or [P, 1], operand1 a tensor."""
@@ -452,6 +486,13 @@ def _reduce_axes(instr, data, axis):
         raise NKIError(instr, f"axis {axis} includes the partition axis 0; reductions run over free axes only",
                        "transpose (nisa.nc_transpose) to bring the axis onto the free dimension")
     return axes
+
+
+def reduced_shape(data, axes, keepdims) -> tuple:
+    """The shape of `data` reduced over free `axes` (size 1 there with keepdims, else dropped)."""
+    if keepdims:
+        return tuple(1 if i in axes else s for i, s in enumerate(data.shape))
+    return tuple(s for i, s in enumerate(data.shape) if i not in axes)
 
 
 def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
@@ -525,6 +566,29 @@ def reciprocal(dst, data, name=None):
     _record(instr, "vector", [dst], [data], ("reciprocal", dst.free_size))
 
 
+def dropout(dst, data, prob, name=None):
+    """dst = data with each element replaced by 0 with probability `prob` (a number or a [P, 1]
+    tile), on the Vector Engine; kept elements are not rescaled. The draws come from the launch's
+    NumPy generator (`nl.random_seed`), not the hardware's: only the statistics match."""
+    instr = "nisa.dropout"
+    dst, data = _tensor(dst, instr, "dst"), _tensor(data, instr, "data")
+    _access(instr, "vector", reads=[("data", data)], writes=[("dst", dst)])
+    _same_layout(instr, dst, data)
+    p, pt = _scalar_operand(prob, instr, "prob", data.partitions, "vector")
+    x = _f32_2d(data)
+    keep = random_generator(instr).random(x.shape, dtype=np.float32) >= p
+    _write(dst, np.where(keep, x, np.float32(0)))
+    _record(instr, "vector", [dst], [data] + ([pt] if pt is not None else []), ("elementwise", dst.free_size))
+
+
+def random_generator(instr) -> np.random.Generator:
+    """The launch's random generator: seeded by nl.random_seed, else with 0 (repeatable runs)."""
+    run = current(instr)
+    if run.rng is None:
+        run.rng = np.random.default_rng(0)
+    return run.rng
+
+
 # ---------------------------------------------------------------------------- GpSimd Engine
 def _affine(instr, dst, pattern, offset, channel_multiplier):
     """offset + channel_multiplier * p + sum(step_i * j_i) over dst's [P, num_1, num_2, ...] grid."""
@@ -558,14 +622,22 @@ def affine_select(dst, pattern, offset, channel_multiplier, on_true_tile, on_fal
                   name=None):
     """dst = on_true_tile where cmp_op(affine expression, 0) else on_false_value (GpSimd Engine).
     The expression is the iota one; cmp_op defaults to nl.greater_equal (causal masks)."""
+    token = _ops.resolve(cmp_op if cmp_op is not None else _ops.BINARY["greater_equal"], "nisa.affine_select", 2)
+    select_where(dst, on_true_tile, on_false_value, lambda d: token.fn(
+        _affine("nisa.affine_select", d, pattern, offset, channel_multiplier), np.float32(0)) != 0)
+
+
+def select_where(dst, on_true_tile, on_false_value, keep):
+    """affine_select's checks and data path: dst = on_true_tile where `keep(dst)` (a boolean of
+    dst's [P, F] layout) holds, else on_false_value (GpSimd). The value-returning form passes its
+    predicate (a comparison of index expressions) here."""
     instr = "nisa.affine_select"
     dst = _tensor(dst, instr, "dst")
     src = _tensor(on_true_tile, instr, "on_true_tile")
     _access(instr, "gpsimd", reads=[("on_true_tile", src)], writes=[("dst", dst)])
     _same_layout(instr, dst, src, "on_true_tile")
-    token = _ops.resolve(cmp_op if cmp_op is not None else _ops.BINARY["greater_equal"], instr, 2)
-    keep = token.fn(_affine(instr, dst, pattern, offset, channel_multiplier), np.float32(0)) != 0
-    _write(dst, np.where(keep, _f32_2d(src), np.float32(on_false_value)))
+    where = np.asarray(keep(dst)).reshape(dst.partitions, -1)
+    _write(dst, np.where(where, _f32_2d(src), np.float32(on_false_value)))
     _record(instr, "gpsimd", [dst], [src], ("gpsimd", dst.free_size))
 
 
@@ -583,10 +655,13 @@ def bn_stats(dst, data, name=None):
     if dst.partitions != data.partitions or dst.free_size != BN_STATS_DIM:
         raise NKIError(instr, f"dst shape {dst.shape} must be [{data.partitions}, {BN_STATS_DIM}]")
     x = _f32_2d(data).astype(np.float64)
-    mean = x.mean(axis=1)
-    m2 = ((x - mean[:, None]) ** 2).sum(axis=1)
+    keep = _input_keep(data)  # a masked-out element is not read: not counted either
+    keep = np.ones(x.shape, bool) if keep is None else keep
+    count = keep.sum(axis=1)
+    mean = np.where(keep, x, 0.0).sum(axis=1) / np.maximum(count, 1)
+    m2 = np.where(keep, (x - mean[:, None]) ** 2, 0.0).sum(axis=1)
     stats = np.zeros((data.partitions, BN_STATS_DIM), dtype=np.float32)
-    stats[:, 0], stats[:, 1], stats[:, 2] = f, mean, m2
+    stats[:, 0], stats[:, 1], stats[:, 2] = count, mean, m2
     _write(dst, stats)
     _record(instr, "vector", [dst], [data], ("reduce", f))
 
@@ -612,9 +687,15 @@ def bn_aggr(dst, data, name=None):
     _record(instr, "vector", [dst], [data], ("reduce", data.free_size))
 
 
-_MASKED = ("dma_copy", "tensor_copy", "memset", "nc_matmul", "nc_transpose", "tensor_tensor", "tensor_scalar",
+_MASKED = ("dma_copy", "tensor_copy", "memset", "nc_matmul", "nc_transpose", "tensor_tensor", "tensor_tensor_scan",
+           "tensor_scalar",
            "scalar_tensor_tensor", "tensor_reduce", "activation", "activation_reduce", "reciprocal", "iota",
-           "affine_select", "bn_stats", "bn_aggr")
+           "affine_select", "bn_stats", "bn_aggr", "dropout")
+from . import value_forms as _value_forms  # noqa: E402 - the older forms call the instructions above
+
 for _name in _MASKED:
-    globals()[_name] = accepts_mask(globals()[_name], f"nisa.{_name}")
-del _name
+    _fn = globals()[_name]
+    if _name in _value_forms.OLDER:
+        _fn = _value_forms.both_forms(_fn, _value_forms.OLDER[_name], f"nisa.{_name}")
+    globals()[_name] = accepts_mask(_fn, f"nisa.{_name}")
+del _name, _fn

@@ -21,6 +21,7 @@ inputs, so hardware-rule violations surface at compile time, as on Trainium.
 from __future__ import annotations
 
 import inspect
+import operator
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -205,24 +206,14 @@ def nki_op(
     return register if fn is None else register(fn)
 
 
-def _makes_a_schema(fn: Callable, mutates_args) -> bool:
-    """Whether torch.library can build an op schema from fn's annotations (torch types,
-    not NKI's nt.mutable_tensor or none at all)."""
-    try:
-        torch.library.infer_schema(fn, mutates_args=mutates_args)
-    except (ValueError, TypeError):
-        return False
-    return True
-
-
 class WrappedKernel:
     """What ``wrap_nki(kernel)`` returns: TorchNeuron's launcher for an ``@nki.jit``
     kernel on torch tensors. ``wrapped[grid](*args)`` or ``wrapped(*args)`` runs the
-    kernel (arguments it writes, e.g. those annotated ``nt.mutable_tensor``, are
-    updated in place); inside an ``nki_op`` body that is all it needs. A kernel whose
-    parameters and return are annotated with torch types is also a custom op
-    (``self.op``): a call without a grid goes through it, so it stays one node of a
-    graph under ``torch.compile``."""
+    kernel; arguments it writes (TorchNeuron marks them ``nt.mutable_tensor``) are
+    updated in place. In code torch.compile traces, the call is one ``nki::launch``
+    node of the graph (see _traced_launch). ``wrap_nki(kernel, "ns::name")`` also
+    makes the kernel an operator of its own (``self.op``), which a call without a
+    grid goes through."""
 
     def __init__(self, kernel, grid: tuple = (), op=None):
         self.kernel = kernel
@@ -236,6 +227,8 @@ class WrappedKernel:
     def __call__(self, *args, **kwargs):
         if self.op is not None and not self.grid:
             return self.op(*args, **kwargs)
+        if torch.compiler.is_compiling():
+            return _traced_launch(self.kernel, self.grid, args, kwargs)
         return _launch(self.kernel, self.grid, args, kwargs)
 
     def __getattr__(self, name):  # the op's own API (register_autograd, nki_cache, ...)
@@ -248,22 +241,174 @@ class WrappedKernel:
 
 @patching.hide_from_dynamo
 def _launch(kernel, grid, args, kwargs):
-    """One eager launch. Under torch.compile outside an nki_op Dynamo does not trace
-    into the simulator: the call breaks the graph and runs here."""
+    """One eager launch."""
     return (kernel[grid] if grid else kernel)(*args, **kwargs)
+
+
+# ------------------------------------------------- wrap_nki in code torch.compile traces
+# TorchNeuron traces a wrapped kernel into the graph as a higher-order op. Here the call
+# becomes one node of the generic operator nki::launch (tensors in, tensors the kernel
+# writes, a key); the key names a LaunchSpec registered while Dynamo traces (a constant
+# for Dynamo: _register_launch is marked as torch._dynamo.assume_constant_result marks).
+# What the kernel writes and which outputs are its own arguments come from one simulated
+# run on zero-filled CPU tensors of the traced shapes, when the spec is registered.
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    kernel: object
+    grid: tuple
+    arg_slots: tuple          # per positional argument: ("T", shape, dtype) or ("C", value)
+    kwarg_slots: tuple        # (name, slot) pairs
+    mutated: tuple            # indices (among the call's tensors, in order) the kernel writes
+    outputs: object           # ("new", i) / ("arg", j) leaves in tuples, lists and dicts
+    new_outputs: tuple        # TensorMeta of each new output
+
+
+_LAUNCHES: dict[int, LaunchSpec] = {}
+_LAUNCH_KEYS: dict[tuple, int] = {}
+
+
+def _slot(value):
+    # operator.index specializes a dynamic size (Dynamo guards on its value): a kernel
+    # is simulated, and traced, per concrete shape, as NKI compiles it.
+    if isinstance(value, torch.Tensor):
+        return ("T", tuple(operator.index(d) for d in value.shape), value.dtype)
+    return ("C", operator.index(value) if isinstance(value, torch.SymInt) else value)
+
+
+def _register_launch(kernel, grid, arg_slots, kwarg_slots):
+    """The key of the launch's spec and what the traced code needs of it: (key, the
+    written tensors' indices, the output tree, (shape, dtype) of each new output)."""
+    identity = (id(kernel), grid, arg_slots, kwarg_slots)
+    key = _LAUNCH_KEYS.get(identity)
+    if key is None:
+        key = len(_LAUNCHES)
+        _LAUNCHES[key] = _launch_spec(kernel, grid, arg_slots, kwarg_slots)
+        _LAUNCH_KEYS[identity] = key
+    spec = _LAUNCHES[key]
+    return key, spec.mutated, spec.outputs, tuple((m.shape, m.dtype) for m in spec.new_outputs)
+
+
+_register_launch._dynamo_marked_constant = True  # what torch._dynamo.assume_constant_result sets
+
+
+def _launch_spec(kernel, grid, arg_slots, kwarg_slots) -> LaunchSpec:
+    from torch_neuronx.nki import kernel as nki_kernel
+
+    def value(slot):
+        return torch.zeros(slot[1], dtype=slot[2]) if slot[0] == "T" else slot[1]
+
+    args = [value(slot) for slot in arg_slots]
+    kwargs = {name: value(slot) for name, slot in kwarg_slots}
+    tensors = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)]
+    with torch._subclasses.fake_tensor.unset_fake_temporarily():
+        result, run = nki_kernel.launch(_as_kernel(kernel), grid, args, kwargs)
+    position = {id(t): i for i, t in enumerate(tensors)}
+    mutated = tuple(sorted(position[id(t)] for t in run.written_args if id(t) in position))
+    new_outputs = []
+
+    def tree(value, aliases):
+        if isinstance(value, (tuple, list)):
+            return (type(value).__name__, tuple(tree(v, aliases) for v in value))
+        if isinstance(value, dict):
+            return ("dict", tuple((k, tree(v, aliases)) for k, v in value.items()))
+        if not isinstance(value, torch.Tensor):
+            return ("const", value)
+        source = next(aliases)
+        if source is not None and id(source) in position:
+            return ("arg", position[id(source)])
+        new_outputs.append(TensorMeta(tuple(value.shape), value.dtype))
+        return ("new", len(new_outputs) - 1)
+
+    outputs = tree(result, iter(run.returned_args))
+    return LaunchSpec(kernel, grid, arg_slots, kwarg_slots, mutated, outputs, tuple(new_outputs))
+
+
+def _as_kernel(kernel):
+    from torch_neuronx.nki import kernel as nki_kernel
+
+    return kernel.kernel if isinstance(kernel, nki_kernel.Launcher) else kernel
+
+
+def _traced_launch(kernel, grid, args, kwargs):
+    """Traced by Dynamo: the call as one nki::launch node, its outputs rebuilt. New
+    outputs are allocated here and filled by the op (PyTorch functionalizes a mutating
+    custom op only if it returns no list)."""
+    key, mutated, outputs, new_outputs = _register_launch(
+        kernel, tuple(operator.index(g) for g in grid), tuple(_slot(a) for a in args),
+        tuple((k, _slot(v)) for k, v in kwargs.items()))
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    tensors += [v for v in kwargs.values() if isinstance(v, torch.Tensor)]
+    device = tensors[0].device if tensors else torch.device("cpu")
+    new = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in new_outputs]
+    read = [t for i, t in enumerate(tensors) if i not in mutated]
+    torch.ops.nki.launch(read, [tensors[i] for i in mutated] + new, key)
+    return _rebuild(outputs, new, tensors)
+
+
+def _rebuild(node, new, tensors):
+    kind, payload = node
+    if kind in ("tuple", "list"):
+        items = [_rebuild(child, new, tensors) for child in payload]
+        return tuple(items) if kind == "tuple" else items
+    if kind == "dict":
+        return {k: _rebuild(child, new, tensors) for k, child in payload}
+    if kind == "new":
+        return new[payload]
+    if kind == "arg":
+        return tensors[payload]
+    return payload
+
+
+def _spec_call(spec: LaunchSpec, read, written):
+    """The launch's arguments with the op's tensors in their slots."""
+    tensors, read, written = [], list(read), list(written)
+    count = sum(1 for slot in (*spec.arg_slots, *(s for _, s in spec.kwarg_slots)) if slot[0] == "T")
+    for i in range(count):
+        tensors.append(written.pop(0) if i in spec.mutated else read.pop(0))
+    stream = iter(tensors)
+    args = [next(stream) if slot[0] == "T" else slot[1] for slot in spec.arg_slots]
+    kwargs = {name: next(stream) if slot[0] == "T" else slot[1] for name, slot in spec.kwarg_slots}
+    return args, kwargs
+
+
+@torch.library.custom_op("nki::launch", mutates_args=("written",))
+def _launch_op(read: list[torch.Tensor], written: list[torch.Tensor], key: int) -> None:
+    """written: the arguments the kernel writes, then a buffer per new output."""
+    spec = _LAUNCHES[key]
+    args, kwargs = _spec_call(spec, read, written[:len(spec.mutated)])
+    result = _launch(_as_kernel(spec.kernel), spec.grid, args, kwargs)
+    leaves = [leaf for leaf in pytree.tree_leaves(result) if isinstance(leaf, torch.Tensor)]
+    new = [leaf for leaf, kind in zip(leaves, _leaf_kinds(spec.outputs)) if kind == "new"]
+    with torch.no_grad():
+        for buffer, value in zip(written[len(spec.mutated):], new):
+            buffer.copy_(value)
+
+
+def _leaf_kinds(node) -> list:
+    kind, payload = node
+    if kind in ("tuple", "list"):
+        return [k for child in payload for k in _leaf_kinds(child)]
+    if kind == "dict":
+        return [k for _, child in payload for k in _leaf_kinds(child)]
+    return [kind] if kind in ("new", "arg") else []
+
+
+@_launch_op.register_fake
+def _launch_fake(read, written, key):
+    return None
 
 
 def wrap_nki(kernel, name: str | None = None, *, mutates_args: Iterable[str] | str = ()) -> WrappedKernel:
     """Wraps an ``@nki.jit`` kernel for torch tensors, as TorchNeuron's ``wrap_nki``:
-    ``wrap_nki(kernel)[grid](*args)`` (see WrappedKernel). A kernel annotated with torch
-    types (tensors ``torch.Tensor``, scalars, return type) is also registered as the
-    operator ``name`` (``nki::<kernel name>`` by default); naming the operator requires
-    those annotations (a TypeError names the missing ones)."""
-    func = getattr(kernel, "func", kernel)
-    mutated = frozenset((mutates_args,) if isinstance(mutates_args, str) else mutates_args)
-    if name is None and not _makes_a_schema(func, mutated):
+    ``wrap_nki(kernel)[grid](*args)`` (see WrappedKernel); cheap, and traceable by Dynamo.
+    With ``name`` ("ns::op") the kernel is also registered as that operator, which
+    requires its parameters and return to be annotated with torch types (a TypeError
+    names the missing ones)."""
+    if name is None:
         return WrappedKernel(kernel)
-    qualified = name or f"nki::{func.__name__}"
+    func = getattr(kernel, "func", kernel)
 
     def call_kernel(*args, **kwargs):
         return kernel(*args, **kwargs)
@@ -272,5 +417,5 @@ def wrap_nki(kernel, name: str | None = None, *, mutates_args: Iterable[str] | s
     call_kernel.__name__ = func.__name__
     call_kernel.__qualname__ = func.__qualname__
     call_kernel.__annotations__ = dict(getattr(func, "__annotations__", {}))
-    return WrappedKernel(kernel, op=nki_op(qualified, call_kernel, mutates_args=mutated))
-
+    mutated = frozenset((mutates_args,) if isinstance(mutates_args, str) else mutates_args)
+    return WrappedKernel(kernel, op=nki_op(name, call_kernel, mutates_args=mutated))

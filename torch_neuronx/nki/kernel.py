@@ -237,7 +237,28 @@ def _simulate(kernel: Kernel, grid: tuple, run: Run, args, kwargs, torch_mode: b
     for original, tensor in pairs:
         if tensor.alloc.written:
             _write_back(original, tensor)
+    _record_aliases(run, pairs, result)
     return _convert_output(result, torch_device, torch_mode)
+
+
+def _record_aliases(run: Run, pairs, result) -> None:
+    """For callers that must know the kernel's effects (torch_neuronx.custom_op's traced
+    launch): which arguments it wrote (`run.written_args`: the caller's objects), and for
+    each returned leaf, in _output_leaves order, the argument it is, or None for a new
+    tensor (`run.returned_args`)."""
+    by_alloc = {id(tensor.alloc): original for original, tensor in pairs}
+    run.written_args = [original for original, tensor in pairs if tensor.alloc.written]
+    run.returned_args = [by_alloc.get(id(leaf.alloc)) if isinstance(leaf, NkiTensor) else None
+                         for leaf in _output_leaves(result)]
+
+
+def _output_leaves(value) -> list:
+    """The leaves of a kernel's return value, in _convert_output's order."""
+    if isinstance(value, (tuple, list)):
+        return [leaf for v in value for leaf in _output_leaves(v)]
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in _output_leaves(v)]
+    return [] if value is None else [value]
 
 
 def _parameter_names(func) -> list:

@@ -764,6 +764,14 @@ void registerNativeOps(const std::vector<std::pair<std::string, int>>& ops) {
   }
 }
 
+void registerFallbackOps(const std::vector<std::string>& names) {
+  auto* library = new torch::Library(  // leaked, as registerNativeOps' library
+      torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  for (const auto& name : names) {
+    library->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&fallbackKernel>());
+  }
+}
+
 void DirectOp::bind() {
   const char* dot = std::strchr(schema_, '.');
   const std::string name = "aten::" + (dot ? std::string(schema_, dot) : std::string(schema_));

@@ -77,6 +77,12 @@ void registerNativeOps(const std::vector<std::pair<std::string, int>>& ops);
 // (csrc/MaskIndex.cpp: registry.MASK_INDEX_OVERLOADS), which reaches it through runNative.
 void recordOpFlags(const std::vector<std::pair<std::string, int>>& ops);
 
+// Registers the CPU fallback as the kernel of these overloads ("name.overload") for
+// the neuron key, so a call is counted and recorded under the op the program called
+// (a composite's or a structured op's generic path would reach the boxed fallback
+// only through another overload, e.g. linalg_qr.out for linalg_qr).
+void registerFallbackOps(const std::vector<std::string>& names);
+
 // Runs a native op through the generic alias path (boxed).
 void runNative(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 

@@ -362,6 +362,7 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("_register_native_ops", &tn::registerNativeOps);
   m.def("_record_op_flags", &tn::recordOpFlags);
+  m.def("_register_fallback_ops", &tn::registerFallbackOps);
   m.def("_executed_ops", &tn::executedOps);
   m.def("_fallback_ops", &tn::fallbackOps);
   m.def("_clear_op_tracking", &tn::clearOpTracking);

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import torch_neuronx
-from torch_neuronx import op_support
+from torch_neuronx import op_support, ops
 from torch_neuronx.audit import recorder
 from torch_neuronx.cli import main as cli_main
 from torch_neuronx.ops import evidence, registry
@@ -62,12 +62,35 @@ def test_records_name_aten_ops_with_a_route_and_a_source():
     assert len(evidence.BY_OP) == len(evidence.RECORDS), "one record per op"
 
 
-def test_host_fallback_ops_are_not_native_and_have_no_neuron_kernel():
+def test_host_fallback_ops_are_not_native_and_their_neuron_kernel_is_the_fallback():
+    """Registered by name (csrc/Eager.cpp registerFallbackOps) so that the op the program called
+    is the one counted, e.g. aten::linalg_qr rather than the linalg_qr.out its generic path reaches."""
     assert registry.HOST_FALLBACK == evidence.ops_routed(evidence.HOST)
     assert not registry.HOST_FALLBACK & registry.NATIVE_OPS
+    registered = set(ops.host_fallback_overloads())
+    assert {"linalg_qr", "_linalg_svd", "linalg_inv_ex"} <= registered
     for base in registry.HOST_FALLBACK:
         for name in op_support.aten_overloads()[base]:
-            assert not torch._C._dispatch_has_kernel_for_dispatch_key("aten::" + name, "PrivateUse1"), name
+            if torch._C._dispatch_has_kernel_for_dispatch_key("aten::" + name, "PrivateUse1"):
+                assert name in registered, name
+                line = next(line for line in torch._C._dispatch_dump("aten::" + name).splitlines()
+                            if line.startswith("PrivateUse1"))
+                assert "Eager.cpp" in line, line
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda x: torch.linalg.svd(x), "aten::_linalg_svd"),  # (linalg_qr's warning is tested below)
+    (lambda x: torch.linalg.lu_factor(x), "aten::linalg_lu_factor_ex"),
+    (lambda x: torch.linalg.inv(x @ x.mT + torch.eye(4, device=x.device)), "aten::linalg_inv_ex"),
+])
+def test_host_fallback_is_counted_under_the_op_called(call, name):
+    x = torch.randn(4, 4).to("neuron")
+    torch_neuronx.clear_op_tracking()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        call(x)
+    fallback = torch_neuronx.get_fallback_ops()
+    assert fallback.get(name) == 1 and not any(key.endswith(".out") for key in fallback), fallback
 
 
 def test_emulated_one_kernel_ops_are_native():

@@ -168,6 +168,8 @@ def _eager_overload(base: str, full: str) -> str:
     if _has(full, "PrivateUse1"):
         if full in sparse.KERNELS:  # rejects making a sparse neuron tensor, with what to do instead
             return NO_KERNEL
+        if base in HOST_FALLBACK:  # the CPU fallback, registered by name (ops.host_fallback_overloads)
+            return FALLBACK
         return DIRECT if base in DIRECT_KERNELS else NATIVE
     if _has(full, "CompositeImplicitAutograd") or _has(full, "CompositeExplicitAutograd"):
         return COMPOSITE

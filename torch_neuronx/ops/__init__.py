@@ -14,6 +14,7 @@ from torch_neuronx.ops.registry import (
     DATA_MOVEMENT,
     DIRECT_KERNELS,
     FAST_PATH_OVERLOADS,
+    HOST_FALLBACK,
     MASK_INDEX_OVERLOADS,
     NATIVE_OPS,
     ONE_KERNEL_COMPOSITES,
@@ -90,6 +91,14 @@ def native_overloads() -> list[tuple[str, int]]:
     return result
 
 
+def host_fallback_overloads() -> list[str]:
+    """The overloads of registry.HOST_FALLBACK ops that run a kernel of their own on the
+    CPU: the fallback is registered for each by name (csrc/Eager.cpp registerFallbackOps),
+    so get_fallback_ops() and the audit name the op called, as TorchNeuron's tracking does."""
+    return [name for base in sorted(HOST_FALLBACK) for name in _overloads(base)
+            if _has_own_cpu_kernel("aten::" + name)]
+
+
 def fronted_overloads() -> list[tuple[str, int]]:
     """(name.overload, flags) of the overloads csrc/MaskIndex.cpp serves in front of
     the alias kernel, which runs them after it: registration records only their flags
@@ -154,6 +163,7 @@ def register() -> None:
 
     _C._register_native_ops(native_overloads())
     _C._record_op_flags(fronted_overloads())
+    _C._register_fallback_ops(host_fallback_overloads())
     if not _python_kernels:
         _register_python_kernels(rnn.KERNELS)
         _register_python_kernels(histogram.KERNELS)

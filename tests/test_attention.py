@@ -253,3 +253,25 @@ def test_sdpa_kernel_overrideable_works_inside_a_compiled_function(fresh_dynamo)
     inputs = _qkv()
     got = torch.compile(attention, backend="neuron")(*(t.to(NEURON) for t in inputs))
     torch.testing.assert_close(got.cpu(), F.scaled_dot_product_attention(*inputs), **TOLERANCE[torch.float32])
+
+
+def test_compiled_attention_under_activation_checkpointing_matches_the_cpu(fresh_dynamo):
+    """Checkpointing recomputes the attention kernel in the backward graph, wrapped in
+    run_and_save_rng_state / run_with_rng_state (the kernel is tagged random for its dropout)."""
+    from torch.utils.checkpoint import checkpoint
+
+    def block(q, k, v):
+        return F.scaled_dot_product_attention(q.sin(), k, v, is_causal=True, enable_gqa=True).cos()
+
+    def step(q, k, v):
+        return checkpoint(block, q, k, v, use_reentrant=False)
+
+    inputs = _qkv(kv_heads=2, source=10)
+    leaves = [t.to(NEURON, copy=True).requires_grad_() for t in inputs]
+    out = torch.compile(step, backend="neuron", fullgraph=True)(*leaves)
+    out.backward(_randn(*out.shape, seed=4).to(NEURON))
+    cpu = [t.clone().requires_grad_() for t in inputs]
+    want = block(*cpu)
+    want.backward(_randn(*want.shape, seed=4))
+    _assert_close((out.detach().cpu(), [t.grad.cpu() for t in leaves]),
+                  (want.detach(), [t.grad for t in cpu]), torch.float32)

@@ -10,7 +10,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/transformers/attention.h>
-#include <ATen/ops/_fused_sdp_choice_native.h>
+#include <ATen/SDPBackend.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/set_native.h>
 #include <ATen/ops/unfold_native.h>
@@ -235,21 +235,27 @@ std::tuple<at::Tensor, at::Tensor> nativeDropout(
   return {adoptKernelResult(out, device), adoptKernelResult(mask, device)};
 }
 
-// scaled_dot_product_attention asks each device which fused kernel to use.
-// The device answers as the CPU would for the same tensors, so attention runs
-// PyTorch's fused CPU kernels (flash attention for CPU) instead of the
-// unfused math path.
+// scaled_dot_product_attention asks each device which fused kernel to use
+// (the dispatch stub, also what Dynamo's fake tensors ask while tracing, and
+// the aten::_fused_sdp_choice op). TorchNeuron's answer: its overrideable
+// kernel, _scaled_dot_product_fused_attention_overrideable (and its backward),
+// whenever query, key and value are 4-D neuron tensors, the math composite
+// otherwise. Like TorchNeuron it does not read which backends sdpa_kernel()
+// enabled: sdpa_kernel(SDPBackend.OVERRIDEABLE) works, and so does MATH.
+// Metadata only, so cheap on every SDPA call. The kernels themselves:
+// torch_neuronx/ops/attention.py.
+constexpr int64_t kSdpMath = static_cast<int64_t>(at::SDPBackend::math);
+constexpr int64_t kSdpOverrideable = static_cast<int64_t>(at::SDPBackend::overrideable);
+
 int64_t sdpaChoice(
     const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
-    const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
-    std::optional<double> scale, bool enable_gqa) {
-  std::optional<at::Tensor> host_mask;
-  if (attn_mask.has_value() && attn_mask->defined()) {
-    host_mask = hostOperand(*attn_mask);
+    const std::optional<at::Tensor>& /*attn_mask*/, double /*dropout_p*/, bool /*is_causal*/,
+    std::optional<double> /*scale*/, bool /*enable_gqa*/) {
+  if (query.device().type() != kNeuron) {
+    return kSdpMath;
   }
-  return at::native::_fused_sdp_choice_cpp(
-      hostOperand(query), hostOperand(key), hostOperand(value), host_mask, dropout_p, is_causal, scale,
-      enable_gqa);
+  const bool four_d = query.dim() == 4 && key.dim() == 4 && value.dim() == 4;
+  return four_d ? kSdpOverrideable : kSdpMath;
 }
 
 // `module.to("neuron")` replaces each parameter's data in place (param.data =
@@ -293,6 +299,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("unfold", at::native::unfold);
   m.impl("view_as_real", at::native::view_as_real);
   m.impl("view_as_complex", at::native::view_as_complex);
+  m.impl("_fused_sdp_choice", sdpaChoice);  // the same answer as the stub below
 }
 
 // Conjugate and negative views are materialized by the copy itself.

@@ -365,6 +365,24 @@ def test_cpu_flash_attention_counts_the_attention_flops():
                                                      [2, 4, 256, 64]) > 0
 
 
+def test_overrideable_attention_counts_the_attention_flops():
+    """SDPA on neuron runs TorchNeuron's overrideable kernels (ops/attention.py), which PyTorch's
+    FLOP counter has no formula for: the sdpa formulas, grouped-query attention included."""
+    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+
+    q = {"dtype": "bfloat16", "shape": [2, 8, 128, 64], "device": "neuron:0"}
+    k = dict(q, shape=[2, 2, 256, 64])  # 4 query heads per key/value head
+    lse = {"dtype": "float32", "shape": [2, 8, 128], "device": "neuron:0"}
+    work = est.op_work("aten::_scaled_dot_product_fused_attention_overrideable", [q, k, k, None, 0.0, True])
+    assert work["flops"] == sdpa_flop_count([2, 8, 128, 64], [2, 2, 256, 64], [2, 2, 256, 64])
+    assert work["flops"] == 2 * 2 * (2 * 8 * 128 * 64 * 256) and work["engine"] == "tensor"
+    back = est.op_work("aten::_scaled_dot_product_fused_attention_overrideable_backward",
+                       [q, q, k, k, None, [True, True, True, False], q, lse, None, None, 128, 256, 0.0, True,
+                        None, None])
+    assert back["flops"] == sdpa_backward_flop_count([2, 8, 128, 64], [2, 8, 128, 64], [2, 2, 256, 64],
+                                                     [2, 2, 256, 64]) > work["flops"]
+
+
 def test_scaled_mm_costs_fp8_rate_on_trn3_and_is_not_runnable_on_trn2():
     """torch._scaled_mm / _scaled_grouped_mm: TensorE at the FP8 rate of docs/hardware-figures.md#chip-figures on trn3
     (2517 TFLOPS per chip); on trn2 the device raises, so the estimate lists them as not runnable

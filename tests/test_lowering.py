@@ -222,7 +222,7 @@ def _packet_names():
 
 
 # Tagged random only for dropout: deterministic with dropout_p=0, as in every direct case.
-SEEDED_BUT_CHECKED = {"_scaled_dot_product_flash_attention_for_cpu"}
+SEEDED_BUT_CHECKED = {"_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_fused_attention_overrideable"}
 PACKETS = _packet_names()
 
 
@@ -891,6 +891,9 @@ def _direct_cases():
                 True),
         _attention_backward(q.repeat(1, 2, 1, 1) * 0.5, k, v, False, None),
         _attention_backward(q.repeat(1, 2, 1, 1) * 0.5, k[:, :, :5], v[:, :, :5], True, None),
+        # TorchNeuron's SDPA kernels (the overrideable backend): masks, causal, scale, grouped-query
+        # attention, a value head size of its own, the mask's gradient
+        *_overrideable_cases(q, k, v),
         *_encoder_layer_cases(),
         *_grouped_mm_cases(),
         *_scaled_mm_cases(),
@@ -1136,6 +1139,55 @@ def _attention_backward(q, k, v, causal, mask):
     out, lse = aten._scaled_dot_product_flash_attention_for_cpu.default(q, k, v, 0.0, causal, attn_mask=mask)
     return _direct(aten._scaled_dot_product_flash_attention_for_cpu_backward.default, _t(*out.shape), q, k, v, out,
                    lse, 0.0, causal, attn_mask=mask)
+
+
+def _overrideable(q, k, v, mask=None, causal=False, scale=None, compare_lse=True):
+    """The overrideable kernel's call, expected as PyTorch's CPU attention computes it
+    (output and logsumexp of the flash kernel; the max lengths are not compared; no
+    dropout, so philox seed and offset are empty scalars). A row with every key masked
+    has no logsumexp (-inf here; the CPU flash kernel reports 0): compare_lse=False."""
+    additive = mask if mask is None or mask.is_floating_point() else torch.zeros(mask.shape).masked_fill(
+        mask.logical_not(), -math.inf)  # the CPU kernel's form of a boolean mask
+    out, lse = aten._scaled_dot_product_flash_attention_for_cpu.default(q, k, v, 0.0, causal, attn_mask=additive,
+                                                                          scale=scale)
+    lse = lse if compare_lse else None
+    empty = torch.zeros((), dtype=torch.int64)
+    return Call(aten._scaled_dot_product_fused_attention_overrideable.default, (q, k, v, mask, 0.0, causal),
+                {"scale": scale}, (out, lse, None, None, None, None, empty, empty, None), "direct")
+
+
+def _overrideable_backward(q, k, v, mask=None, causal=False, scale=None):
+    """Its backward, expected as autograd through the CPU's scaled_dot_product_attention
+    (grouped-query attention as enable_gqa=True; the mask's gradient when it is floating)."""
+    inputs = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    bias = mask.detach().clone().requires_grad_() if mask is not None and mask.is_floating_point() else mask
+    out = F.scaled_dot_product_attention(*inputs, attn_mask=bias, is_causal=causal, scale=scale,
+                                         enable_gqa=q.shape[1] != k.shape[1])
+    grad = _t(*out.shape, seed=9)
+    out.backward(grad)
+    bias_grad = bias is not None and bias.requires_grad
+    lse = torch.zeros(q.shape[:3])  # read by the CPU kernels only; the lowering recomputes the attention
+    args = (grad, q, k, v, mask, [True, True, True, bias_grad], out.detach(), lse, None, None, q.shape[2],
+            k.shape[2], 0.0, causal, torch.zeros((), dtype=torch.int64), torch.zeros((), dtype=torch.int64))
+    expected = (*[t.grad for t in inputs], bias.grad if bias_grad else None)
+    return Call(aten._scaled_dot_product_fused_attention_overrideable_backward.default, args, {"scale": scale},
+                expected, "direct")
+
+
+def _overrideable_cases(q, k, v):
+    gqa_q = q.repeat(1, 2, 1, 1) * 0.5  # 4 query heads share 2 key/value heads
+    bias = _t(2, 1, 5, 6, seed=3)
+    keys = torch.rand(5, 6, generator=torch.Generator().manual_seed(4)) > 0.3
+    masked_row = keys.clone()
+    masked_row[2] = False  # a query that sees no key: zeros, as the CPU kernels give
+    return [
+        _overrideable(q, k, v), _overrideable(q, k, v, bias), _overrideable(q, k, v, keys, scale=0.3),
+        _overrideable(q, k, v, masked_row, compare_lse=False), _overrideable(q, k[:, :, :5], v[:, :, :5], causal=True),
+        _overrideable(gqa_q, k, v), _overrideable(gqa_q, k[:, :, :5], v[:, :, :5], causal=True),
+        _overrideable_backward(q, k, v), _overrideable_backward(q, k, v, bias, scale=0.3),
+        _overrideable_backward(q, k, v, keys), _overrideable_backward(q, k[:, :, :5], v[:, :, :5], causal=True),
+        _overrideable_backward(gqa_q, k, v, bias), _overrideable_backward(gqa_q, k, v[..., :3]),
+    ]
 
 
 def _foreach_cases():

@@ -396,7 +396,6 @@ DATA_DEPENDENT_FUNCTIONS = {
     "equal": lambda x: x + 1 if torch.equal(x, x.clone()) else x - 1,
     "_ctc_loss": lambda x: F.ctc_loss(x.log_softmax(1)[:, None], torch.tensor([[1, 2]], device=x.device),
                                       [4], [2]) * 2,
-    "_fused_sdp_choice": lambda x: F.scaled_dot_product_attention(x[None, None], x[None, None], x[None, None]) + 1,
 }
 
 
@@ -409,8 +408,7 @@ def test_data_dependent_op_breaks_the_graph_and_runs_natively(name, fresh_dynamo
     torch.testing.assert_close(got.cpu(), fn(x), rtol=1e-5, atol=1e-5)
     executed = {op.split("::")[-1].split(".")[0].rstrip("_") for op in torch_neuronx.get_executed_ops()}
     fallback = {op.split("::")[-1].split(".")[0].rstrip("_") for op in torch_neuronx.get_fallback_ops()}
-    if name != "_fused_sdp_choice":  # chosen while tracing, on fake tensors
-        assert name in executed and name not in fallback, (sorted(executed), sorted(fallback))
+    assert name in executed and name not in fallback, (sorted(executed), sorted(fallback))
 
 
 def test_unsupported_embedding_bag_options_raise_clearly():

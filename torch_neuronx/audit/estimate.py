@@ -245,15 +245,25 @@ def _shape(arg) -> list[int]:
     return list(arg["shape"])
 
 
-# The fused attention the device selects for scaled_dot_product_attention (the CPU
-# flash kernel, csrc/Kernels.cpp sdpaChoice) has no formula in PyTorch's FLOP
-# counter; its FLOPs are those of the attention it computes, PyTorch's sdpa formulas.
+def _attention_flops(q, k, v) -> int:
+    return int(flop_counter.sdpa_flop_count(_shape(q), _shape(k), _shape(v)))
+
+
+def _attention_backward_flops(grad, q, k, v) -> int:
+    return int(flop_counter.sdpa_backward_flop_count(_shape(grad), _shape(q), _shape(k), _shape(v)))
+
+
+# The attention kernels the device runs scaled_dot_product_attention as (TorchNeuron's
+# overrideable ones, csrc/Kernels.cpp sdpaChoice; the CPU flash kernel a compiled or direct
+# call may hold) have no formula in PyTorch's FLOP counter; their FLOPs are those of the
+# attention they compute, PyTorch's sdpa formulas (grouped-query attention included).
 _FORMULAS = {
-    "_scaled_dot_product_flash_attention_for_cpu":
-        lambda a: int(flop_counter.sdpa_flop_count(_shape(a[0]), _shape(a[1]), _shape(a[2]))),
+    "_scaled_dot_product_fused_attention_overrideable": lambda a: _attention_flops(a[0], a[1], a[2]),
+    "_scaled_dot_product_fused_attention_overrideable_backward":
+        lambda a: _attention_backward_flops(a[0], a[1], a[2], a[3]),
+    "_scaled_dot_product_flash_attention_for_cpu": lambda a: _attention_flops(a[0], a[1], a[2]),
     "_scaled_dot_product_flash_attention_for_cpu_backward":
-        lambda a: int(flop_counter.sdpa_backward_flop_count(_shape(a[0]), _shape(a[1]), _shape(a[2]),
-                                                            _shape(a[3]))),
+        lambda a: _attention_backward_flops(a[0], a[1], a[2], a[3]),
     # Its meta run, on the meta device, applies CUDA's size rules (multiples of 16), which the
     # neuron device does not have: 2 M K N, K counting both float4 values of a byte.
     "_scaled_mm": lambda a: 2 * _shape(a[0])[0] * _shape(a[0])[1] * _shape(a[1])[1]

@@ -21,12 +21,13 @@ def decomposition_table() -> dict:
     otherwise be paid again by every graph Dynamo hands to the backend."""
     from torch._decomp import core_aten_decompositions
 
-    from torch_neuronx.ops import float8, linear, sync_batch_norm
+    from torch_neuronx.ops import attention, float8, linear, sync_batch_norm
 
     # torch.nn.functional.scaled_mm's _scaled_mm_v2 runs as _scaled_mm (its FP8 gate and lowering);
-    # SyncBatchNorm's kernels and linear_backward compile as their eager kernels' ATen ops
+    # SyncBatchNorm's kernels and linear_backward compile as their eager kernels' ATen ops;
+    # SDPA's overrideable ops with dropout as their math formulas (their mask drawn on the host)
     return {**dict(core_aten_decompositions().items()), **float8.DECOMPOSITIONS,
-            **sync_batch_norm.DECOMPOSITIONS, **linear.DECOMPOSITIONS}
+            **sync_batch_norm.DECOMPOSITIONS, **linear.DECOMPOSITIONS, **attention.DECOMPOSITIONS}
 
 
 class Decompositions(collections.abc.Mapping):

@@ -180,7 +180,9 @@ def _save(entry_key: str, entry, remote: bool = False) -> None:
         entry.pre_save()
         with _disable_current_modes():
             payload = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
-    except (pickle.PicklingError, TypeError, AttributeError) as why:
+    except (pickle.PicklingError, TypeError, AttributeError, RuntimeError) as why:
+        # RuntimeError: pybind11's refusal, e.g. for an OpOverload held as a node's argument
+        # (the ops activation checkpointing wraps in run_and_save_rng_state)
         _log.debug("AOTAutograd result not cached: %s", why)
         return
     cache.store_bytes(entry_key, _SUFFIX, payload)

@@ -789,7 +789,8 @@ def _attention(q, k, v, attn_mask, is_causal, scale):
     Grouped-query attention (fewer key/value heads than query heads, what
     SDPA's enable_gqa=True hands the CPU kernel) shares each key/value head
     among consecutive query heads, as the kernel does; under jax.vjp the
-    gradients of the shared heads are summed back into them."""
+    gradients of the shared heads are summed back into them. A row with every
+    key masked gives zeros, as the CPU kernels do (PyTorch's _safe_softmax)."""
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     if q.ndim >= 3 and k.shape[-3] != q.shape[-3]:
         groups = q.shape[-3] // k.shape[-3]
@@ -808,7 +809,7 @@ def _attention(q, k, v, attn_mask, is_causal, scale):
     peak = jnp.where(jnp.isinf(peak), 0.0, peak)
     e = jnp.exp(scores - peak)
     total = jnp.sum(e, axis=-1, keepdims=True)
-    out = jnp.einsum("...ls,...se->...le", e / total, _acc(v))
+    out = jnp.einsum("...ls,...se->...le", e / jnp.where(total == 0, 1.0, total), _acc(v))
     return out, (jnp.log(total) + peak)[..., 0]
 
 
@@ -831,6 +832,40 @@ def sdpa_flash_cpu_backward(grad_out, q, k, v, out, logsumexp, dropout_p, is_cau
     _, pullback = jax.vjp(lambda a, b, c: _attention(a, b, c, attn_mask, is_causal, scale)[0], q, k, v)
     grads = pullback(_acc(grad_out))
     return tuple(g.astype(t.dtype) for g, t in zip(grads, (q, k, v)))
+
+
+def _check_heads(q, k, v):
+    """TorchNeuron's refusal of key/value heads that do not divide the query heads."""
+    if any(q.shape[-3] % t.shape[-3] for t in (k, v)):
+        raise RuntimeError("Number of heads in key and value must divide the number of heads in query")
+
+
+@lowering(aten._scaled_dot_product_fused_attention_overrideable)
+def sdpa_overrideable(q, k, v, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_mask=False,
+                      scale=None):
+    """The kernel TorchNeuron runs SDPA as (torch_neuronx/ops/attention.py); with
+    dropout the compiler decomposes it first (its mask drawn on the host)."""
+    _no_dropout(dropout_p)
+    _check_heads(q, k, v)
+    out, lse = _attention(q, k, v, attn_bias, is_causal, scale)
+    empty = jnp.zeros((), jnp.int64)  # philox seed and offset: no dropout, nothing to redraw
+    return (out.astype(q.dtype), lse.astype(jnp.float32), None, None, q.shape[-2], k.shape[-2], empty, empty,
+            None)
+
+
+@lowering(aten._scaled_dot_product_fused_attention_overrideable_backward)
+def sdpa_overrideable_backward(grad_out, q, k, v, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q,
+                               cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset,
+                               scale=None):
+    """Gradients of the attention recomputed (as the CPU flash backward does), the
+    mask's too when grad_input_mask asks for it."""
+    _no_dropout(dropout_p)
+    _check_heads(q, k, v)
+    primals = (q, k, v, attn_bias) if attn_bias is not None and grad_input_mask[3] else (q, k, v)
+    _, pullback = jax.vjp(
+        lambda a, b, c, *m: _attention(a, b, c, m[0] if m else attn_bias, is_causal, scale)[0], *primals)
+    grads = tuple(g.astype(t.dtype) for g, t in zip(pullback(_acc(grad_out)), primals))
+    return grads if len(grads) == 4 else (*grads, None)
 
 
 @lowering(aten._transformer_encoder_layer_fwd)

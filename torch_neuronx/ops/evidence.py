@@ -127,6 +127,21 @@ RECORDS: tuple[Evidence, ...] = (
              emulated=True, note="native here too"),
     Evidence("addmv", ONE_KERNEL, f"{_PY_REGISTERED}torch_mlir/ops/linear_algebra.py (addmv, addmv_, addmv.out)",
              emulated=True, note="native here too"),
+    Evidence("_scaled_dot_product_fused_attention_overrideable", ONE_KERNEL,
+             f"{SNAPSHOT}: torch_neuronx/csrc/aten/SdpBackendSelection.cpp answers SDPA's backend choice "
+             "(_fused_sdp_choice_stub) with overrideable whenever query, key and value are 4-D neuron tensors "
+             "(math otherwise), without reading sdpa_kernel()'s switches; python_ops/__init__.py registers this "
+             "op for PrivateUse1 (python_ops/scaled_dot_product_fused_attention.py: key/value heads shared by "
+             "the query heads they divide, the dropout mask drawn on the CPU from the CPU generator's state); "
+             "tests/python_ops/test_scaled_dot_product_attention.py asserts it runs on neuron",
+             emulated=True, note="F.scaled_dot_product_attention runs as this one kernel: PyTorch's flash "
+                                 "attention for the CPU where it applies, its math formulas otherwise "
+                                 "(ops/attention.py); the choice is csrc/Kernels.cpp's sdpaChoice"),
+    Evidence("_scaled_dot_product_fused_attention_overrideable_backward", ONE_KERNEL,
+             f"{_PY_REGISTERED}scaled_dot_product_fused_attention.py (the gradient of the overrideable "
+             "kernel; tests/python_ops/test_scaled_dot_product_attention.py asserts it runs on neuron)",
+             emulated=True, note="also returns the mask's gradient when grad_input_mask asks for it "
+                                 "(the snapshot's NKI path returns none)"),
     Evidence("_to_copy", ONE_KERNEL, f"{_PY_REGISTERED}to_copy.py (aten::_to_copy)", emulated=False,
              note="here PyTorch's composite allocates and copies (empty_strided + copy_); both are the "
                   "device's copy machinery, which the audit counts as copies, not kernels"),

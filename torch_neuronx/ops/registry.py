@@ -79,7 +79,7 @@ COMPUTE = """
     upsample_nearest1d_backward upsample_nearest2d upsample_nearest2d_backward
     upsample_nearest3d upsample_bicubic2d var var_mean xlogy _cdist_forward _cdist_backward
     _pdist_forward _embedding_bag _embedding_bag_backward _embedding_bag_dense_backward
-    _fused_sdp_choice _scaled_dot_product_flash_attention_for_cpu
+    _scaled_dot_product_flash_attention_for_cpu
     _scaled_dot_product_flash_attention_for_cpu_backward _foreach_add _foreach_addcdiv
     _foreach_addcmul _foreach_div _foreach_lerp _foreach_mul _foreach_neg _foreach_norm
     _foreach_sqrt _foreach_sub _foreach_zero _foreach_copy _foreach_maximum _foreach_pow
@@ -121,12 +121,9 @@ DATA_DEPENDENT = frozenset({
 
 # Native in eager, never handed to the compiler: Dynamo stops the graph before them
 # (a graph break; capture_dynamic_output_shape_ops is off) and runs them eagerly on
-# the device between compiled graphs. The name is historical: it holds DATA_DEPENDENT
-# and one op decided while tracing.
-DATA_DEPENDENT_SHAPE = DATA_DEPENDENT | {
-    "_fused_sdp_choice",  # the SDPA backend index, chosen while tracing from metadata (no device
-                          # values); stays native so eager attention does not copy q/k/v to the host
-}
+# the device between compiled graphs. The name is historical: it held one op decided
+# while tracing too (_fused_sdp_choice, now a C++ kernel: csrc/Kernels.cpp).
+DATA_DEPENDENT_SHAPE = DATA_DEPENDENT
 
 # Left the native set under the invariant (they now take the CPU fallback in eager):
 #   _linalg_det, _linalg_slogdet: the LU factors they return (read by their backward formulas) are
@@ -171,16 +168,20 @@ CPP_KERNELS = frozenset({
     "view_as_real", "view_as_complex", "convolution_overrideable",
     "convolution_backward_overrideable", "native_dropout", "_has_compatible_shallow_copy_type",
     "new_empty",
+    "_fused_sdp_choice",  # TorchNeuron's SDPA backend choice, the dispatch stub's answer (metadata only)
 })
 # Python: the KERNELS of torch_neuronx/ops/rnn.py, histogram.py, topk.py, float8.py,
-# sync_batch_norm.py, linear.py and composites.py. Those of the last three have no CPU kernel
-# for the alias path (CUDA-only or autograd-only ops) and compile through their decompositions (compiler/aot.py).
+# sync_batch_norm.py, linear.py, composites.py and attention.py. Those of the last four have no CPU
+# kernel for the alias path (CUDA-only, autograd-only or backend-only ops); the first three of them
+# compile through their decompositions (compiler/aot.py), attention's ops through their lowerings
+# (with dropout, their decompositions).
 PYTHON_KERNELS = frozenset({
     "histc", "topk", "_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl",
     "_thnn_fused_gru_cell", "_thnn_fused_gru_cell_backward", "_scaled_mm", "_scaled_grouped_mm",
     "_scaled_mm_v2", "_scaled_grouped_mm_v2",
     "batch_norm_stats", "batch_norm_elemt", "batch_norm_backward_reduce", "batch_norm_backward_elemt",
     "batch_norm_gather_stats_with_counts", "linear_backward", "_fused_rms_norm_backward",
+    "_scaled_dot_product_fused_attention_overrideable", "_scaled_dot_product_fused_attention_overrideable_backward",
 })
 DIRECT_KERNELS = CPP_KERNELS | PYTHON_KERNELS
 

@@ -9,6 +9,10 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+# `nki.dtype` / `nl.dtype`: the type of the dtype objects below, as kernels annotate parameters
+# (`dtype: nki.dtype = nl.bfloat16`). Every NKI dtype here is a NumPy dtype, but tfloat32.
+dtype = np.dtype
+
 int8 = np.dtype(np.int8)
 int16 = np.dtype(np.int16)
 int32 = np.dtype(np.int32)

@@ -9,6 +9,10 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+# `nki.dtype` / `nl.dtype`: the type of the dtype objects below, as kernels annotate parameters
+# (`dtype: nki.dtype = nl.bfloat16`). Every NKI dtype here is a NumPy dtype, but tfloat32.
+dtype = np.dtype
+
 int8 = np.dtype(np.int8)
 int16 = np.dtype(np.int16)
 int32 = np.dtype(np.int32)
@@ -134,8 +138,10 @@ def cast_into(dst: np.ndarray, values, dtype) -> None:
         dst[...] = _round_tf32(np.asarray(values, dtype=np.float32))
     elif dtype.kind in "iu":
         info = np.iinfo(dtype)
-        # Integer outputs round to nearest and saturate instead of wrapping; NaN becomes 0.
+        # Integer outputs round to nearest and saturate instead of wrapping; NaN becomes 0. Clip in
+        # float64: int32's max is not a float32 (it rounds up to 2**31, which wraps to int32's min).
         with np.errstate(invalid="ignore"):
-            dst[...] = np.clip(np.nan_to_num(np.rint(values), nan=0.0), info.min, info.max)
+            rounded = np.nan_to_num(np.rint(np.asarray(values, dtype=np.float64)), nan=0.0)
+            dst[...] = np.clip(rounded, info.min, info.max)
     else:
         dst[...] = values

@@ -41,6 +41,27 @@ def _gelu(x):
     return (0.5 * x * (1.0 + erf(x * np.float32(1 / np.sqrt(2.0))))).astype(np.float32)
 
 
+# AWS's nki-library references compute gelu_apprx_sigmoid as x * sigmoid(1.702 x) (the "quick GELU"):
+# 1.702 is the slope that makes the logistic curve fit the normal CDF.
+_GELU_SIGMOID_SLOPE = np.float32(1.702)
+
+
+def _gelu_sigmoid(x):
+    return (x * _sigmoid(_GELU_SIGMOID_SLOPE * x)).astype(np.float32)
+
+
+def _gelu_sigmoid_dx(x):
+    """d/dx x*s(kx) = s(kx) + kx*s(kx)*(1 - s(kx)), s the logistic function."""
+    s = _sigmoid(_GELU_SIGMOID_SLOPE * x)
+    return (s + _GELU_SIGMOID_SLOPE * x * s * (1.0 - s)).astype(np.float32)
+
+
+def _silu_dx(x):
+    """d/dx x*s(x) = s(x) * (1 + x*(1 - s(x)))."""
+    s = _sigmoid(x)
+    return (s * (1.0 + x * (1.0 - s))).astype(np.float32)
+
+
 def _gelu_tanh(x):
     return (0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))).astype(np.float32)
 
@@ -102,7 +123,9 @@ def _exp(x):
 UNARY = {op.name: op for op in (
     Op("exp", _exp, 1), Op("log", _log, 1), Op("tanh", np.tanh, 1), Op("sigmoid", _sigmoid, 1),
     Op("relu", lambda x: np.maximum(x, np.float32(0)), 1), Op("gelu", _gelu, 1),
-    Op("gelu_apprx_tanh", _gelu_tanh, 1), Op("silu", lambda x: x * _sigmoid(x), 1),
+    Op("gelu_apprx_tanh", _gelu_tanh, 1), Op("gelu_apprx_sigmoid", _gelu_sigmoid, 1),
+    Op("gelu_apprx_sigmoid_dx", _gelu_sigmoid_dx, 1), Op("silu", lambda x: x * _sigmoid(x), 1),
+    Op("silu_dx", _silu_dx, 1),
     Op("sqrt", _sqrt, 1), Op("rsqrt", _rsqrt, 1), Op("reciprocal", _reciprocal, 1),
     Op("abs", np.abs, 1), Op("negative", np.negative, 1), Op("square", np.square, 1),
     Op("sin", np.sin, 1), Op("cos", np.cos, 1), Op("sign", np.sign, 1), Op("erf", erf, 1),

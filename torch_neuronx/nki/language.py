@@ -16,7 +16,7 @@ import numpy as np
 
 from . import isa as _isa
 from . import elementwise as _ops
-from .dtypes import (bfloat16, bool_, float8_e4m3, float8_e4m3fn, float8_e5m2, float16, float32, int8,
+from .dtypes import (bfloat16, bool_, dtype, float8_e4m3, float8_e4m3fn, float8_e5m2, float16, float32, int8,
                      int16, int32, tfloat32, uint8, uint16, uint32)
 from . import dtypes as _dt
 from .errors import NKIError
@@ -36,6 +36,33 @@ class fp32:  # noqa: N801 - the NKI name
     positions with it rather than -inf, whose arithmetic (inf - inf = NaN) would spoil a softmax."""
 
     min = float(np.finfo(np.float32).min)
+
+
+class NKIObject:
+    """`nl.NKIObject`: the base of classes whose instances a kernel builds and passes around at trace
+    time (configs, tile plans, buffer bundles: AWS's nki-library derives its `@dataclass`es, frozen
+    or not, and plain classes with `__init__` and methods from it). Their fields hold Python values
+    and tiles resolved while tracing; AWS's compiler needs the base to trace them. The simulator runs
+    the kernel's Python as it is, so the base adds nothing: no state (`__slots__ = ()` keeps
+    subclasses' `__dict__`, dataclass equality and hashing their own)."""
+
+    __slots__ = ()
+
+
+def static_cast(x, dtype):
+    """`nl.static_cast(array, dtype)`: a host-side NumPy array cast to an NKI dtype, as AWS's tests
+    prepare inputs (float64 data to bfloat16 / fp8). Floats round to nearest even; integers round and
+    saturate, as an instruction's output cast does (`dtypes.cast_into`)."""
+    d = _dt.normalize(dtype, "nl.static_cast")
+    if isinstance(x, NkiTensor):
+        raise NKIError("nl.static_cast", "casts a host NumPy array, not a kernel tile",
+                       "cast a tile with nl.copy(x, dtype=...) or nisa.tensor_copy into a tile of that dtype")
+    x = np.asarray(x)
+    if _dt.is_float(d) and d is not tfloat32:
+        return x.astype(d)
+    out = np.empty(x.shape, _dt.storage_dtype(d))
+    _dt.cast_into(out, x.astype(np.float32), d)
+    return out
 
 
 def finfo(dtype):
@@ -356,6 +383,7 @@ del _token
 
 __all__ = [
     "sbuf", "psum", "hbm", "shared_hbm", "private_hbm", "tile_size", "ds", "par_dim", "fp32", "finfo",
+    "NKIObject", "static_cast", "dtype",
     "arange", "mgrid",
     "int8", "int16", "int32", "uint8", "uint16", "uint32", "float8_e4m3", "float8_e4m3fn", "float8_e5m2",
     "float16", "bfloat16", "tfloat32", "float32", "bool_",

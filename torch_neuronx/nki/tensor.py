@@ -278,6 +278,11 @@ class NkiTensor:
             raise NKIError("broadcast_to", f"cannot broadcast shape {self.shape} to {tuple(shape)}") from None
         return NkiTensor(self.alloc, view, self.offset)
 
+    def ap(self, pattern, offset=0, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
+        """A hardware access pattern over this tensor's memory (see access_pattern.py)."""
+        from .access_pattern import access_pattern
+        return access_pattern(self, pattern, offset, scalar_offset, vector_offset, indirect_dim, dtype)
+
     def expand_dims(self, axis) -> "NkiTensor":
         shape = list(self.shape)
         shape.insert(axis if axis >= 0 else len(shape) + 1 + axis, 1)

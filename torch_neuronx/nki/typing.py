@@ -41,4 +41,9 @@ class _TensorAnnotation:
 tensor = _TensorAnnotation("tensor", mutable=False)
 mutable_tensor = _TensorAnnotation("mutable_tensor", mutable=True)
 
-__all__ = ["tensor", "mutable_tensor", "TensorSpec"]
+
+class scalar:  # noqa: N801 - the NKI name
+    """`nt.scalar`: the annotation of a parameter that takes a number (accepted, not enforced)."""
+
+
+__all__ = ["tensor", "mutable_tensor", "scalar", "TensorSpec"]

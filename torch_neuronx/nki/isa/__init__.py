@@ -22,7 +22,7 @@ from ..errors import NKIError
 from ..runtime import PMAX, active, current
 from ..tensor import NkiTensor, box
 from . import constants
-from .constants import dge_mode, oob_mode
+from .constants import dge_mode, dma_engine, matmul_perf_mode, oob_mode
 
 engine = types.SimpleNamespace(tensor="tensor", vector="vector", scalar="scalar", gpsimd="gpsimd",
                                dma="dma", unknown=None)
@@ -224,9 +224,10 @@ def _record(op, eng, writes, reads, cost, **kw):
 
 
 # ---------------------------------------------------------------------------- data movement
-def dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, dge_mode=None, name=None):
+def dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, dge_mode=None, dma_engine=None, name=None):
     """Copy `src` to `dst` with a DMA (HBM <-> SBUF, HBM -> HBM; never PSUM). With
-    `dst_rmw_op=nl.add` the DMA adds into `dst`. A dtype difference is converted (the DMA casts)."""
+    `dst_rmw_op=nl.add` the DMA adds into `dst`. A dtype difference is converted (the DMA casts).
+    `oob_mode`, `dge_mode`, `dma_engine` (nisa.constants) are accepted and not acted on."""
     instr = "nisa.dma_copy"
     dst = _tensor(dst, instr, "dst")
     src = _tensor(src, instr, "src")

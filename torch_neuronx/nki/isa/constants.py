@@ -2,7 +2,8 @@
 kernels do (`from nki.isa.constants import oob_mode, dge_mode`).
 
 The simulator accepts them where AWS's instructions take them and does not act on them: a DMA's
-descriptor generation (`dge_mode`) changes how the hardware issues it, not what it copies, and
+descriptor generation (`dge_mode`) and engine (`dma_engine`) change how the hardware issues it, not
+what it copies, `matmul_perf_mode` how fast the Tensor Engine runs a matmul, not its result, and
 out-of-bounds indices (`oob_mode`) are reported as errors whatever the mode.
 """
 
@@ -27,4 +28,20 @@ class oob_mode(enum.Enum):  # noqa: N801
     skip = 1
 
 
-__all__ = ["dge_mode", "oob_mode"]
+class matmul_perf_mode(enum.Enum):  # noqa: N801
+    """nc_matmul's Tensor Engine mode: `double_row` packs two FP8 rows per PE for twice the
+    throughput (trn2/trn3). The result is the same matmul; the cost model does not model the mode."""
+
+    none = 0
+    double_row = 1
+
+
+class dma_engine(enum.Enum):  # noqa: N801
+    """Which DMA engine moves a transfer: the shared queues (`dma`, default) or GpSimd's own
+    (`gpsimd_dma`, low-latency SBUF-to-SBUF swaps between the cores of an LNC=2 pair)."""
+
+    dma = 0
+    gpsimd_dma = 1
+
+
+__all__ = ["dge_mode", "oob_mode", "matmul_perf_mode", "dma_engine"]

@@ -1,0 +1,125 @@
+"""`NkiTensor.ap(pattern, offset, ...)`: a hardware access pattern over a tensor's memory.
+
+AWS's escape hatch below slicing/reshape (docs "NKI Access Patterns"): `pattern` is a list of
+`[step, num]` pairs, outermost first, and `offset` the element offset of the first element from
+the start of the tensor. In HBM every pair steps through the tensor's flat memory (in elements).
+On chip the tensor is counted the same way, flattened row-major (a partition is its free size of
+elements): the first pair moves whole partitions, the others step within each partition's row.
+The result is a strided view of the same memory, shape `[num, ...]`: instructions read and write it
+in place, and the cost model charges its partitions and bytes like any view.
+
+`scalar_offset` (a one-element tile, or the view `.ap` gives of one) adds its value times the
+stride of dimension `indirect_dim` of the tensor's shape, as the nki-library's dynamic selects use
+it (`logits.ap(..., scalar_offset=targets.ap(...), indirect_dim=1)`): the simulator reads the value
+when the view is made, which is when the kernel's Python issues the instruction that uses it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import dtypes as _dt
+from .errors import NKIError
+
+_INSTR = "ap"
+
+
+def access_pattern(t, pattern, offset=0, scalar_offset=None, vector_offset=None, indirect_dim=0,
+                   dtype=None):
+    from .tensor import NkiTensor
+
+    t._no_blocks(_INSTR)
+    if vector_offset is not None:
+        raise NKIError(_INSTR, "vector_offset (a per-partition indirect access) is not implemented in the "
+                       "simulator", "gather with nisa.dma_copy over scalar_offset views, one per index")
+    if dtype is not None and _dt.normalize(dtype, _INSTR) != t.dtype:
+        raise NKIError(_INSTR, f"a dtype ({_dt.name(_dt.normalize(dtype, _INSTR))}) other than the "
+                       f"tensor's ({_dt.name(t.dtype)}) is not implemented", "omit dtype=")
+    pairs = _pairs(pattern)
+    offset = int(offset) + _dynamic_offset(t, scalar_offset, indirect_dim)
+    storage = t.alloc.storage
+    item = storage.itemsize
+    shape = tuple(n for _, n in pairs)
+    if t.buffer.on_chip:
+        strides, start = _on_chip_strides(t, pairs, offset)
+    else:
+        start = t.offset + offset * item
+        strides = tuple(s * item for s, _ in pairs)
+        _check_span(t, start, shape, strides, storage.nbytes, "the tensor's memory")
+    # Allocations are C-contiguous, so the flat view shares their memory (reshape copies nothing).
+    flat = storage.reshape(-1)
+    view = np.lib.stride_tricks.as_strided(flat[start // item:], shape=shape, strides=strides)
+    return NkiTensor(t.alloc, view, start)
+
+
+def _pairs(pattern):
+    try:
+        pairs = [(int(s), int(n)) for s, n in pattern]
+    except (TypeError, ValueError):
+        raise NKIError(_INSTR, f"pattern must be a list of [step, num] pairs, got {pattern!r}") from None
+    if not pairs or any(n <= 0 for _, n in pairs):
+        raise NKIError(_INSTR, f"pattern {pattern!r} must have at least one pair and positive counts")
+    return pairs
+
+
+def _dynamic_offset(t, scalar_offset, indirect_dim) -> int:
+    """Elements the runtime value of `scalar_offset` moves the access by."""
+    from .tensor import NkiTensor
+
+    if scalar_offset is None:
+        return 0
+    if isinstance(scalar_offset, NkiTensor):
+        if scalar_offset.data.size != 1:
+            raise NKIError(_INSTR, f"scalar_offset must hold one value, got shape {scalar_offset.shape}")
+        value = scalar_offset.data.reshape(-1)[0]
+    else:
+        value = scalar_offset
+    if not 0 <= indirect_dim < t.ndim:
+        raise NKIError(_INSTR, f"indirect_dim {indirect_dim} is outside the tensor's {t.ndim} dimensions")
+    return int(np.float32(value)) * math.prod(t.shape[indirect_dim + 1:])
+
+
+def _on_chip_strides(t, pairs, offset):
+    """Byte strides and start of an on-chip pattern. Steps and offset count elements of the tensor
+    flattened row-major (a partition is `free_size` elements), as nki-library's TensorView computes
+    them: the first step moves whole partitions, the others stay within a partition's row."""
+    item, free_size = t.alloc.storage.itemsize, t.free_size
+    row_step = t.data.strides[0] if t.ndim > 1 else t.alloc.rowbytes
+    if t.ndim > 1 and not _row_contiguous(t):
+        raise NKIError(_INSTR, f"the tensor's view {t.shape} is not contiguous within a partition",
+                       "call .ap on the whole tile")
+    (pstep, pnum), free = pairs[0], pairs[1:]
+    p0, f0 = divmod(offset, free_size)
+    if pstep % free_size and pnum > 1:
+        raise NKIError(_INSTR, f"the partition step {pstep} is not a multiple of the {free_size} elements of "
+                       "a partition", "the first [step, num] pair moves whole partitions")
+    pstep //= free_size
+    if p0 < 0 or pstep < 0 or p0 + (pnum - 1) * pstep >= t.partitions:
+        raise NKIError(_INSTR, f"partitions {p0}..{p0 + (pnum - 1) * pstep} leave the tensor's "
+                       f"{t.partitions} partitions")
+    last = f0 + sum((n - 1) * s for s, n in free)
+    if any(s < 0 for s, _ in free) or last >= free_size:
+        raise NKIError(_INSTR, f"the free pattern {[list(p) for p in free]} from element {f0} leaves a "
+                       f"partition's {free_size} elements")
+    start = t.offset + p0 * row_step + f0 * item
+    return (pstep * row_step,) + tuple(s * item for s, _ in free), start
+
+
+def _row_contiguous(t):
+    expected = t.data.itemsize
+    for n, s in zip(reversed(t.shape[1:]), reversed(t.data.strides[1:])):
+        if n > 1 and s != expected:
+            return False
+        expected *= n
+    return True
+
+
+def _check_span(t, start, shape, strides, nbytes, what):
+    lo = start + sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+    hi = start + sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
+    if lo < 0 or hi + t.alloc.storage.itemsize > nbytes:
+        item = t.alloc.storage.itemsize
+        raise NKIError(_INSTR, f"the pattern reaches elements {lo // item}..{hi // item}, outside {what} "
+                       f"({nbytes // item} elements)", "check the pattern's steps, counts and offset")

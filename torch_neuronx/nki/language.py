@@ -24,6 +24,7 @@ from .errors import NKIError
 from .indexing import arange, mgrid
 from .runtime import ParDim, current
 from .shared_constant import shared_constant
+from .spmd import nc, spmd_dim
 from .tensor import NkiTensor, box, ds, hbm, private_hbm, psum, sbuf, shared_hbm
 
 tile_size = types.SimpleNamespace(
@@ -143,6 +144,14 @@ def load(src, dtype=None, name=None) -> NkiTensor:
     tile = _new(src.shape, dtype or src.dtype, sbuf, name, "nl.load")
     _isa.dma_copy(tile, src)
     return tile
+
+
+def load_transpose2d(src, dtype=None, name=None) -> NkiTensor:
+    """Load an HBM view [F, P] into a new SBUF tile [P, F], transposed by the DMA's access pattern."""
+    src = _isa._tensor(src, "nl.load_transpose2d", "src")
+    if src.ndim != 2:
+        raise NKIError("nl.load_transpose2d", f"src must be 2-D, got shape {src.shape}")
+    return load(src.T, dtype=dtype, name=name)
 
 
 def store(dst, value) -> None:

@@ -18,10 +18,13 @@ from . import isa as _isa
 from . import elementwise as _ops
 from .dtypes import (bfloat16, bool_, dtype, float8_e4m3, float8_e4m3fn, float8_e5m2, float16, float32, int8,
                      int16, int32, tfloat32, uint8, uint16, uint32)
+from . import allocation as _allocation
 from . import dtypes as _dt
 from .errors import NKIError
 from .indexing import arange, mgrid
 from .runtime import ParDim, current
+from .shared_constant import shared_constant
+from .spmd import nc, spmd_dim
 from .tensor import NkiTensor, box, ds, hbm, private_hbm, psum, sbuf, shared_hbm
 
 tile_size = types.SimpleNamespace(
@@ -76,9 +79,10 @@ def finfo(dtype):
 
 
 # ---------------------------------------------------------------------------- allocation
-def ndarray(shape, dtype, buffer=sbuf, name=None) -> NkiTensor:
-    """A new tensor, uninitialized (NaN-filled, as the simulator poisons fresh memory)."""
-    return current("nl.ndarray").allocate(shape, dtype, buffer, name)
+def ndarray(shape, dtype, buffer=sbuf, name=None, address=None) -> NkiTensor:
+    """A new tensor, uninitialized (NaN-filled, as the simulator poisons fresh memory).
+    `buffer=nki.compiler.sbuf.mod_alloc(...)` or `address=(partition, byte)`: direct allocation."""
+    return current("nl.ndarray").allocate(shape, dtype, buffer, name, address=address)
 
 
 def _new(shape, dtype, buffer, name, instruction) -> NkiTensor:
@@ -96,8 +100,12 @@ def ones(shape, dtype, buffer=sbuf, name=None) -> NkiTensor:
 
 def full(shape, fill_value, dtype, buffer=sbuf, name=None) -> NkiTensor:
     """A tensor filled with `fill_value`; on chip this is an nisa.memset (costed), in HBM free."""
-    t = current("nl.full").allocate(shape, dtype, buffer, name, instruction="nl.full")
-    if buffer.on_chip:
+    run = current("nl.full")
+    t = run.allocate(shape, dtype, buffer, name, instruction="nl.full")
+    if _allocation.is_direct(run, t):  # blocks placed by the kernel: fill each, never the whole memory
+        for tile in _allocation.blocks(t):
+            _isa.memset(tile, fill_value)
+    elif t.buffer.on_chip:
         _isa.memset(t.physical(), fill_value)  # a block tensor is filled as its one stored tile
     else:
         _dt.cast_into(t.data, np.float32(fill_value), t.dtype)
@@ -140,18 +148,18 @@ def program_ndim() -> int:
     return len(current("nl.program_ndim").grid)
 
 
-def affine_range(start, stop=None, step=1):
+def affine_range(start, stop=None, step=1, directives=None):
     """Iterations without loop-carried dependencies (the compiler may reorder/pipeline them).
     Resolved at trace time: a Python range."""
     return range(start, stop, step) if stop is not None else range(start)
 
 
-def sequential_range(start, stop=None, step=1):
+def sequential_range(start, stop=None, step=1, directives=None):
     """Iterations that must run in order (loop-carried dependency). A Python range."""
     return range(start, stop, step) if stop is not None else range(start)
 
 
-def static_range(start, stop=None, step=1):
+def static_range(start, stop=None, step=1, directives=None):
     """Fully unrolled loop. A Python range."""
     return range(start, stop, step) if stop is not None else range(start)
 
@@ -163,6 +171,14 @@ def load(src, dtype=None, name=None) -> NkiTensor:
     tile = _new(src.shape, dtype or src.dtype, sbuf, name, "nl.load")
     _isa.dma_copy(tile, src)
     return tile
+
+
+def load_transpose2d(src, dtype=None, name=None) -> NkiTensor:
+    """Load an HBM view [F, P] into a new SBUF tile [P, F], transposed by the DMA's access pattern."""
+    src = _isa._tensor(src, "nl.load_transpose2d", "src")
+    if src.ndim != 2:
+        raise NKIError("nl.load_transpose2d", f"src must be 2-D, got shape {src.shape}")
+    return load(src.T, dtype=dtype, name=name)
 
 
 def store(dst, value) -> None:

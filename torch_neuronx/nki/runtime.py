@@ -56,11 +56,25 @@ class Run:
         self.shared: list[Allocation] = []  # shared_hbm allocations, reused by every program
         self.shared_index = 0
         self.rng = None  # nisa.dropout's generator (nl.random_seed), created on first use
+        # Direct allocation (allocation.py): physical memory per buffer kind, its per-dtype views.
+        self.direct_memory: dict = {}
+        self.direct_allocs: dict = {}
+        self.direct_ids: dict = {}
 
     # ------------------------------------------------------------------ memory
-    def allocate(self, shape, dtype, buffer, name=None, instruction="nl.ndarray") -> NkiTensor:
+    def allocate(self, shape, dtype, buffer, name=None, instruction="nl.ndarray", address=None) -> NkiTensor:
+        from . import allocation as _al
         blocks = _partition_axis(shape)
         shape = _check_shape(shape, instruction)
+        if address is not None:
+            if not isinstance(buffer, Buffer) or not buffer.on_chip:
+                raise NKIError(instruction, f"address= places an nl.sbuf or nl.psum tensor, got buffer={buffer!r}")
+            buffer = _al.fixed(buffer.kind, address)
+        if isinstance(buffer, _al.DirectBuffer):
+            if shape[blocks] > PMAX:
+                raise NKIError(instruction, f"partition dimension {shape[blocks]} of shape {shape} exceeds "
+                               f"nl.tile_size.pmax ({PMAX})")
+            return _al.allocate(self, shape, blocks, _dt.normalize(dtype, instruction), buffer, instruction)
         if buffer is None:
             buffer = _default_buffer()
         elif not isinstance(buffer, Buffer):

@@ -18,6 +18,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import seeds
 import torch_neuronx
+from torch_neuronx import _torch_version
 
 NEURON = torch.device("neuron", 0)
 FORWARD = "aten::_scaled_dot_product_fused_attention_overrideable"
@@ -133,11 +134,15 @@ def test_forward_and_backward_match_the_cpu(name, dtype):
         assert got[0][:, :, 0].eq(0).all()  # zeros, not NaN, as the CPU gives
 
 
-def test_attention_on_3d_tensors_runs_the_math_composite_natively():
+def test_attention_on_3d_tensors_runs_natively():
     inputs = [t[0] for t in _qkv()]
     torch_neuronx.clear_op_tracking()
     got = _run(NEURON, inputs, is_causal=True)
-    assert FORWARD not in torch_neuronx.get_executed_ops() and torch_neuronx.get_fallback_ops() == {}
+    # PyTorch 2.13 runs the math composite for 3-D inputs; 2.14 sends them through the backend
+    # choice too (observed: the overrideable kernel serves them). Native either way.
+    on_2_14 = _torch_version.release(torch.__version__) >= "2.14"
+    assert (FORWARD in torch_neuronx.get_executed_ops()) == on_2_14
+    assert torch_neuronx.get_fallback_ops() == {}
     _assert_close(got, _run("cpu", inputs, is_causal=True), torch.float32)
 
 

@@ -351,3 +351,23 @@ def test_float8_torch_round_trip():
     assert _cast(x, nl.float8_e4m3fn).dtype == torch.float8_e4m3fn
     with pytest.raises(nki.NKIError, match="has no torch dtype"):
         _cast(x, nl.float8_e4m3)
+
+
+@nki.jit
+def _normalize_rows(x_ref):
+    """x / rowsum(x) through a reduction's [P] result broadcast to [P, F]."""
+    out = nl.ndarray(x_ref.shape, x_ref.dtype, buffer=nl.shared_hbm)
+    x = nl.load(x_ref)
+    total = nisa.tensor_reduce(np.add, data=x, axis=(1,), dtype=np.float32)
+    inverse = (1.0 / total).broadcast_to(x_ref.shape)
+    nl.store(out, nl.multiply(x, inverse))
+    return out
+
+
+def test_a_partition_vector_broadcasts_along_the_free_axis():
+    """A [P] tile is one value per partition: broadcast to [P, F] it repeats along the free axis
+    (NumPy's trailing-axis rule would give every partition the whole vector -- a wrong result that
+    AWS's SD attention kernel exposed). P == F, so both readings fit the shape."""
+    x = np.random.default_rng(3).random((128, 128), dtype=np.float32) + 0.5
+    out = nki.simulate_kernel(_normalize_rows, x)
+    np.testing.assert_allclose(out, x / x.sum(axis=1, keepdims=True), rtol=1e-5)

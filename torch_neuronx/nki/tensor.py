@@ -272,10 +272,20 @@ class NkiTensor:
         return self.permute(*reversed(range(self.ndim)))
 
     def broadcast_to(self, shape) -> "NkiTensor":
+        """NumPy's rules, except that an on-chip tile with fewer axes than `shape` keeps its first
+        axis as the partition axis: a [P] tile (a reduction's result) broadcast to [P, F] repeats
+        each partition's value along the free axis, as on the hardware (NumPy would align it with
+        the last axis and give every partition the whole vector)."""
+        shape = tuple(shape)
+        data = self.data
+        if self.buffer.on_chip and 0 < data.ndim < len(shape):
+            data = data.reshape(data.shape + (1,) * (len(shape) - data.ndim))
         try:
-            view = np.broadcast_to(self.data, tuple(shape))
+            view = np.broadcast_to(data, shape)
         except ValueError:
-            raise NKIError("broadcast_to", f"cannot broadcast shape {self.shape} to {tuple(shape)}") from None
+            raise NKIError("broadcast_to", f"cannot broadcast shape {self.shape} to {shape}"
+                           + (" (an on-chip tile's first axis is its partition axis)" if self.buffer.on_chip
+                              else "")) from None
         return NkiTensor(self.alloc, view, self.offset)
 
     def ap(self, pattern, offset=0, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):

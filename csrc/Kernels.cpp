@@ -51,6 +51,14 @@ c10::DeviceIndex targetIndex(std::optional<c10::Device> device) {
   return currentDevice();
 }
 
+// A dense tensor of the device allocator's memory on neuron:`index`.
+at::Tensor allocate(
+    c10::DeviceIndex index, c10::IntArrayRef size, c10::ScalarType dtype,
+    std::optional<c10::MemoryFormat> memory_format) {
+  c10::DeviceGuard guard(c10::Device(kNeuron, index));
+  return at::detail::empty_generic(size, &neuronAllocator(), kNeuronKeys, dtype, memory_format);
+}
+
 at::Tensor empty(
     c10::IntArrayRef size, std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
     std::optional<c10::Device> device, std::optional<bool> pin_memory,
@@ -59,9 +67,7 @@ at::Tensor empty(
   TORCH_CHECK(
       !layout.has_value() || *layout == c10::Layout::Strided,
       "The neuron device supports only strided (dense) tensors, got layout ", *layout);
-  c10::DeviceGuard guard(c10::Device(kNeuron, targetIndex(device)));
-  return at::detail::empty_generic(
-      size, &neuronAllocator(), kNeuronKeys, c10::dtype_or_default(dtype), memory_format);
+  return allocate(targetIndex(device), size, c10::dtype_or_default(dtype), memory_format);
 }
 
 at::Tensor emptyStrided(
@@ -90,9 +96,7 @@ at::Tensor newEmpty(
   if (options.device().type() != kNeuron || options.layout() != c10::Layout::Strided) {
     return at::empty(size, options);  // another device, or a sparse layout (its own key)
   }
-  c10::DeviceGuard guard(options.device());
-  return at::detail::empty_generic(
-      size, &neuronAllocator(), kNeuronKeys, options.dtype().toScalarType(), std::nullopt);
+  return allocate(targetIndex(options.device()), size, options.dtype().toScalarType(), std::nullopt);
 }
 
 // Host <-> device and device <-> device copies: both sides are host memory,

@@ -263,6 +263,7 @@ class LaunchSpec:
     mutated: tuple            # indices (among the call's tensors, in order) the kernel writes
     outputs: object           # ("new", i) / ("arg", j) leaves in tuples, lists and dicts
     new_outputs: tuple        # TensorMeta of each new output
+    new_leaves: tuple         # positions of the new outputs among the returned tensors, in order
 
 
 _LAUNCHES: dict[int, LaunchSpec] = {}
@@ -306,7 +307,7 @@ def _launch_spec(kernel, grid, arg_slots, kwarg_slots) -> LaunchSpec:
         result, run = nki_kernel.launch(_as_kernel(kernel), grid, args, kwargs)
     position = {id(t): i for i, t in enumerate(tensors)}
     mutated = tuple(sorted(position[id(t)] for t in run.written_args if id(t) in position))
-    new_outputs = []
+    new_outputs, new_leaves, leaf = [], [], iter(range(len(run.returned_args)))
 
     def tree(value, aliases):
         if isinstance(value, (tuple, list)):
@@ -315,14 +316,16 @@ def _launch_spec(kernel, grid, arg_slots, kwarg_slots) -> LaunchSpec:
             return ("dict", tuple((k, tree(v, aliases)) for k, v in value.items()))
         if not isinstance(value, torch.Tensor):
             return ("const", value)
-        source = next(aliases)
+        source, index = next(aliases), next(leaf)
         if source is not None and id(source) in position:
             return ("arg", position[id(source)])
         new_outputs.append(TensorMeta(tuple(value.shape), value.dtype))
+        new_leaves.append(index)
         return ("new", len(new_outputs) - 1)
 
     outputs = tree(result, iter(run.returned_args))
-    return LaunchSpec(kernel, grid, arg_slots, kwarg_slots, mutated, outputs, tuple(new_outputs))
+    return LaunchSpec(kernel, grid, arg_slots, kwarg_slots, mutated, outputs, tuple(new_outputs),
+                      tuple(new_leaves))
 
 
 def _as_kernel(kernel):
@@ -380,19 +383,10 @@ def _launch_op(read: list[torch.Tensor], written: list[torch.Tensor], key: int) 
     args, kwargs = _spec_call(spec, read, written[:len(spec.mutated)])
     result = _launch(_as_kernel(spec.kernel), spec.grid, args, kwargs)
     leaves = [leaf for leaf in pytree.tree_leaves(result) if isinstance(leaf, torch.Tensor)]
-    new = [leaf for leaf, kind in zip(leaves, _leaf_kinds(spec.outputs)) if kind == "new"]
+    new = [leaves[i] for i in spec.new_leaves]
     with torch.no_grad():
         for buffer, value in zip(written[len(spec.mutated):], new):
             buffer.copy_(value)
-
-
-def _leaf_kinds(node) -> list:
-    kind, payload = node
-    if kind in ("tuple", "list"):
-        return [k for child in payload for k in _leaf_kinds(child)]
-    if kind == "dict":
-        return [k for _, child in payload for k in _leaf_kinds(child)]
-    return [kind] if kind in ("new", "arg") else []
 
 
 @_launch_op.register_fake

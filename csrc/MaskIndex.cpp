@@ -4,7 +4,11 @@
 // then index with the integer indices it gives. PyTorch's CPU kernel does both
 // inside one index call, so the alias kernel alone would hide the host read and
 // count one kernel where the device runs two. Calls without a boolean (or
-// uint8) index take the alias kernel unchanged. The registry states which
+// uint8) index take the alias kernel unchanged. A mask that selects nothing
+// leaves nothing to gather: as on Trainium, only nonzero runs, and the empty
+// result is an allocation of the shape PyTorch's own shape rules give (a meta
+// run; indices it cannot take go on to the gather, which raises PyTorch's own
+// error). The registry states which
 // overload this file serves (registry.MASK_INDEX_OVERLOADS); registering the
 // native set keeps this kernel and records the op's flags for the alias kernel.
 #include "Eager.h"
@@ -26,6 +30,29 @@ bool hasMask(const c10::List<std::optional<at::Tensor>>& indices) {
   return false;
 }
 
+bool selectsNothing(const c10::List<std::optional<at::Tensor>>& indices) {
+  for (const std::optional<at::Tensor> index : indices) {
+    if (index.has_value() && index->numel() == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+at::Tensor onMeta(const at::Tensor& t) {
+  return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
+}
+
+// The result of an index call whose integer indices select no element.
+at::Tensor emptyResult(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices) {
+  c10::List<std::optional<at::Tensor>> meta;
+  for (const std::optional<at::Tensor> index : indices) {
+    meta.push_back(index.has_value() ? std::optional<at::Tensor>(onMeta(*index)) : std::nullopt);
+  }
+  const at::Tensor shape = at::index(onMeta(self), meta);
+  return at::empty(shape.sizes(), self.options());
+}
+
 // aten::index.Tensor(Tensor self, Tensor?[] indices): the masks become the
 // integer indices of their nonzero entries (PyTorch's own expansion, with its
 // shape checks and messages; index.nonzero() dispatches to the mask's device),
@@ -38,6 +65,19 @@ void indexTensor(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
     c10::List<std::optional<at::Tensor>> integer;
     for (at::Tensor& index : at::native::expandTensors(self, indices)) {
       integer.push_back(index.defined() ? std::optional<at::Tensor>(std::move(index)) : std::nullopt);
+    }
+    if (selectsNothing(integer)) {
+      std::optional<at::Tensor> empty;
+      try {
+        empty = emptyResult(self, integer);
+      } catch (const std::exception&) {  // c10::Error, or a Python meta kernel's error
+        // Indices that cannot be indexed with: the gather below raises PyTorch's own error.
+      }
+      if (empty.has_value()) {
+        torch::jit::drop(*stack, 2);
+        torch::jit::push(*stack, std::move(*empty));
+        return;
+      }
     }
     indices_value = c10::IValue(std::move(integer));
   }

@@ -95,7 +95,7 @@ def test_work_after_the_last_step_is_its_own_phase(reports):
     assert after["label"] == "after the training loop" and after["occurrences"] == 1
     ops = {o["op"]: o for o in after["ops"]}
     # 12 batches of two linear layers; no backward, no optimizer there.
-    assert ops["aten::addmm"]["calls"] == 24 and ops["aten::_local_scalar_dense"]["calls"] == 12
+    assert ops["aten::linear"]["calls"] == 24 and ops["aten::_local_scalar_dense"]["calls"] == 12
     assert not any("backward" in op or "foreach" in op for op in ops)
     assert after["new_kernels"] > 0 and after["peak_bytes"] > 0
     # Its own estimate: larger than a training step's (more, bigger batches), on every target.
@@ -111,8 +111,8 @@ def test_a_named_phase_between_steps(reports):
     phases = {p["name"]: p for p in reports["between"]["phases"]}
     evaluate = phases["evaluate"]
     assert (evaluate["occurrences"], evaluate["between_steps"], evaluate["after_last_step"]) == (3, 2, 1)
-    addmm = next(o for o in evaluate["ops"] if o["op"] == "aten::addmm")
-    assert addmm["calls"] == 3 * 24 and addmm["calls_per_occurrence"] == 24
+    linear = next(o for o in evaluate["ops"] if o["op"] == "aten::linear")
+    assert linear["calls"] == 3 * 24 and linear["calls_per_occurrence"] == 24
     # Its kernels are its own, not new kernels of the steps it ran between (no false shape churn).
     assert reports["between"]["eager_compilations"]["in_phases"]["evaluate"] == evaluate["new_kernels"] > 0
     assert not reports["between"]["eager_compilations"]["churn"]
@@ -134,8 +134,8 @@ def test_steps_marked_inside_a_phase_do_not_count():
     record = _recorded(run)
     assert len(record["steps"]) == 2
     assert [p["name"] for p in record["phases"]] == ["export", recorder.AFTER_LAST_STEP]
-    addmm = [s for s in record["signatures"] if s["op"] == "aten::addmm" and "export" in s["phases"]]
-    assert sum(s["phases"]["export"][0] for s in addmm) == 4
+    linear = [s for s in record["signatures"] if s["op"] == "aten::linear" and "export" in s["phases"]]
+    assert sum(s["phases"]["export"][0] for s in linear) == 4
 
 
 def test_a_phase_left_open_by_an_exception_is_closed_in_the_record():
@@ -148,9 +148,9 @@ def test_a_phase_left_open_by_an_exception_is_closed_in_the_record():
     record = _recorded(run)
     evaluate = next(p for p in record["phases"] if p["name"] == "evaluate")
     assert evaluate["occurrences"] == 1 and evaluate["wall_s"] > 0
-    addmm = [s for s in record["signatures"] if s["op"] == "aten::addmm"]
-    assert sum(s["phases"].get("evaluate", [0])[0] for s in addmm) == 2
-    assert sum(s["calls_after_last_step"] for s in addmm) == 0
+    linear = [s for s in record["signatures"] if s["op"] == "aten::linear"]
+    assert sum(s["phases"].get("evaluate", [0])[0] for s in linear) == 2
+    assert sum(s["calls_after_last_step"] for s in linear) == 0
 
 
 def test_public_phase_is_a_no_op_when_not_audited():
@@ -180,8 +180,8 @@ def test_a_script_with_no_steps(audit, tmp_path):
     schema.validate(data)
     assert data["steps"]["source"] == "none" and "whole run counts as one step" in data["steps"]["note"]
     assert data["phases"] == []
-    addmm = next(o for o in data["ops"] if o["op"] == "aten::addmm")
-    assert addmm["calls_per_step"] == addmm["calls"] == 5
+    linear = next(o for o in data["ops"] if o["op"] == "aten::linear")
+    assert linear["calls_per_step"] == linear["calls"] == 5
     assert all(e["high_s"] > 0 for e in data["estimates"])
     assert "Outside the training steps" not in proc.stdout
 

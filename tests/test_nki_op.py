@@ -118,6 +118,58 @@ def test_mutating_kernel_inside_a_compiled_region():
     torch.testing.assert_close(got.cpu(), (x * 6 + 1).cpu(), rtol=1e-5, atol=1e-5)
 
 
+@nki_op("nki_test::scale_into_with_mode", mutates_args={"out"})
+def nki_scale_into_with_mode(x: torch.Tensor, out: torch.Tensor, mode: float) -> None:
+    _scale_into_kernel(x, out, mode)
+
+
+def test_a_mutating_op_may_name_a_parameter_mode():
+    """auto_functionalized passes `mode=` to its own dispatch function when torch.compile traces a
+    mutating op: the schema names the op's `mode` `mode_` (positional calls unchanged)."""
+    def scaled(x, factor):
+        out = torch.empty_like(x)
+        nki_scale_into_with_mode(x, out, factor)
+        return out
+
+    x = torch.randn(64, 32, device=DEVICE)
+    torch.testing.assert_close(scaled(x, 2.0).cpu(), (x * 2).cpu())
+    got = torch.compile(scaled, backend="neuron", fullgraph=True)(x, 5.0)
+    torch.testing.assert_close(got.cpu(), (x * 5).cpu(), rtol=1e-5, atol=1e-5)
+    assert "mode_" in str(torch.ops.nki_test.scale_into_with_mode.default._schema)
+
+
+@nki.jit
+def _write_row_kernel(src, dst, row):
+    """Copies src (1, n) into dst[row] where row is a one-element tile read at run time;
+    a row outside dst is skipped."""
+    index = nl.load(row)
+    i_f = nl.arange(src.shape[1])[None, :]
+    nisa.dma_copy(dst=dst[index, i_f], src=src, oob_mode=nisa.oob_mode.skip)
+    return dst
+
+
+@pytest.mark.parametrize("row", [0, 2, 3, 7])
+def test_dma_to_a_row_read_at_run_time_skips_out_of_bounds(row):
+    src = torch.randn(1, 16, device=DEVICE)
+    dst = torch.zeros(4, 16, device=DEVICE)
+    wrap_nki(_write_row_kernel)(src, dst, torch.tensor([row], dtype=torch.int32, device=DEVICE))
+    want = torch.zeros(4, 16)
+    if row < 4:
+        want[row] = src.cpu()[0]
+    torch.testing.assert_close(dst.cpu(), want, rtol=0, atol=0)
+
+
+def test_dma_out_of_bounds_without_skip_is_an_error():
+    @nki.jit
+    def kernel(src, dst, row):
+        nisa.dma_copy(dst=dst[nl.load(row), nl.arange(16)[None, :]], src=src)
+        return dst
+
+    with pytest.raises(Exception, match="out of bounds"):
+        wrap_nki(kernel)(torch.randn(1, 16, device=DEVICE), torch.zeros(4, 16, device=DEVICE),
+                         torch.tensor([5], dtype=torch.int32, device=DEVICE))
+
+
 def test_register_autograd_trains():
     torch.manual_seed(0)
     x = torch.randn(64, 48, device=DEVICE, requires_grad=True)

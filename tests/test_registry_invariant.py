@@ -82,6 +82,7 @@ def _decomposed_cases():
                                (aten.upsample_bicubic2d.vec, (_t(1, 2, 4, 5), None, True, [0.75, 1.6]))],
         "zero": [(aten.zero.default, (x,))],
         # registry.ONE_KERNEL_COMPOSITES: one kernel in eager, PyTorch's composite when traced
+        "linear": [(aten.linear.default, (x, _t(5, 4, seed=1), _t(5, seed=2))), (aten.linear.default, (x, _t(2, 4)))],
         "isfinite": [(aten.isfinite.default, (x / torch.tensor([1.0, 0.0, 1.0, -0.0]),))],
         "one_hot": [(aten.one_hot.default, (torch.tensor([[0, 2], [1, 3]]), 5))],
         "_fused_rms_norm": [(aten._fused_rms_norm.default, (x, [4], _t(4, seed=1), 1e-5)),

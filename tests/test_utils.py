@@ -33,7 +33,22 @@ def test_sync_mode_follows_neuron_launch_blocking():
         env = {**os.environ, "NEURON_LAUNCH_BLOCKING": value}
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
         assert out.stdout.strip() == expected, out.stderr
-    assert utils.use_mlir_aten_ops() is False
+
+
+def test_mlir_aten_ops_is_torchneurons_default_path():
+    """TorchNeuron's import sets TORCH_NEURONX_MLIR_ATEN_OPS=1 when unset (AWS's own code reads
+    the variable); the emulator models that path only: `0` warns, anything else fails the import."""
+    code = "import os, torch_neuronx.utils as u; print(os.environ['TORCH_NEURONX_MLIR_ATEN_OPS'], u.use_mlir_aten_ops())"
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_NEURONX_MLIR_ATEN_OPS"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.stdout.split() == ["1", "True"], out.stderr
+    out = subprocess.run([sys.executable, "-W", "always", "-c", code], env={**env, "TORCH_NEURONX_MLIR_ATEN_OPS": "0"},
+                         capture_output=True, text=True, timeout=300)
+    assert out.stdout.split() == ["0", "True"] and "is not emulated" in out.stderr, out.stderr
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "TORCH_NEURONX_MLIR_ATEN_OPS": "yes"},
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0 and "TORCH_NEURONX_MLIR_ATEN_OPS='yes'" in out.stderr
+    assert utils.use_mlir_aten_ops() is True
 
 
 def test_logical_cores_are_the_profiles():

@@ -207,6 +207,12 @@ class Variable:
             return self.default_value()
         return self.parse(self.name, raw)
 
+    def export_default(self, text: str) -> None:
+        """Writes `text` into the environment when the variable is unset, as
+        TorchNeuron's import does for some: code that reads os.environ itself
+        (AWS's, child processes) sees the value in force."""
+        os.environ.setdefault(self.name, text)
+
     def parse_text(self, raw: str) -> Any:
         """A value given in code rather than in the environment, checked as the
         variable's own text would be (ops.set_fallback_mode)."""
@@ -325,6 +331,15 @@ fallback_only_for_unimplemented_ops = _declare(
          "channels-last in `contiguous()` and `.to()` under `1` (its `empty()` and `clone()` "
          "accept it; here all four allocate alike). Any other value makes the "
          "import fail, naming the variable."))
+mlir_aten_ops = _declare(
+    "TORCH_NEURONX_MLIR_ATEN_OPS", True, parse_flag, IMPORT, RUNTIME,
+    doc=("TorchNeuron's switch between its two lowerings of eager ops: `1`, its default, lowers "
+         "each ATen op through torch-mlir (PyTorch's own error types and wording, `aten::` names "
+         "in `get_executed_ops()`); `0` is its older XLA path. TorchNeuron's import sets the "
+         "variable to `1` when it is unset, and so does the emulator's; "
+         "`torch_neuronx.utils.use_mlir_aten_ops()` is True. `0` is not emulated: the import "
+         "warns once and ops behave as with `1`. Any other value makes the import fail, naming "
+         "the variable."))
 audit_dir = _declare(
     "TORCH_NEURONX_AUDIT_DIR", None, _text, IMPORT, RUNTIME,
     values="a directory",

@@ -176,6 +176,30 @@ def _fake_impl(fn: Callable, cache: KernelCache) -> Callable:
     return fake
 
 
+# The keyword PyTorch's auto_functionalized passes to its own dispatch function when
+# torch.compile traces a mutating operator: an argument of that name would arrive twice.
+_TRACING_KEYWORDS = frozenset({"mode"})
+
+
+def _without_tracing_keywords(fn: Callable, mutated: frozenset) -> Callable:
+    """fn, or for a mutating op whose parameters use _TRACING_KEYWORDS a wrapper whose
+    schema names them with a trailing underscore (positional calls are unchanged)."""
+    signature = inspect.signature(fn)
+    clash = {p for p in signature.parameters if p in _TRACING_KEYWORDS}
+    if not mutated or not clash:
+        return fn
+    renamed = {old: old + "_" for old in clash}
+    original = {new: old for old, new in renamed.items()}
+
+    def call(*args, **kwargs):
+        return fn(*args, **{original.get(k, k): v for k, v in kwargs.items()})
+
+    call.__name__, call.__qualname__, call.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    call.__signature__ = signature.replace(
+        parameters=[p.replace(name=renamed.get(p.name, p.name)) for p in signature.parameters.values()])
+    return call
+
+
 def nki_op(
     name: str,
     fn: Callable | None = None,
@@ -196,6 +220,8 @@ def nki_op(
         if schema is None:
             _check_annotations(fn, name)
         mutated = frozenset((mutates_args,) if isinstance(mutates_args, str) else mutates_args)
+        if schema is None:
+            fn = _without_tracing_keywords(fn, mutated)
         cache = KernelCache()
         op = torch.library.custom_op(name, _compiling_impl(fn, cache), mutates_args=mutated,
                                      schema=schema)

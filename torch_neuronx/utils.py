@@ -46,9 +46,11 @@ def is_sync_mode_enabled() -> bool:
 
 
 def use_mlir_aten_ops() -> bool:
-    """Always False: AWS's switch between two internal lowering paths of its eager ops
-    (TORCH_NEURONX_MLIR_ATEN_OPS) has no counterpart here, where eager ops run one way."""
-    return False
+    """True: TorchNeuron lowers eager ops through torch-mlir by default
+    (TORCH_NEURONX_MLIR_ATEN_OPS=1, PyTorch's error types and wording), and that is
+    the path the emulator models; its older XLA path (`0`) is not emulated
+    (docs/env-vars.md)."""
+    return True
 
 
 def get_logical_neuron_cores() -> str:

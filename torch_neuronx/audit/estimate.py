@@ -257,7 +257,16 @@ def _attention_backward_flops(grad, q, k, v) -> int:
 # overrideable ones, csrc/Kernels.cpp sdpaChoice; the CPU flash kernel a compiled or direct
 # call may hold) have no formula in PyTorch's FLOP counter; their FLOPs are those of the
 # attention they compute, PyTorch's sdpa formulas (grouped-query attention included).
+def _linear_backward_flops(a) -> int:
+    """input's and weight's gradients, each a matmul of 2 * rows * in * out where
+    the output mask asks for it (the bias gradient is a sum)."""
+    rows = math.prod(_shape(a[0])[:-1])
+    out_features, in_features = _shape(a[2])
+    return 2 * rows * in_features * out_features * (bool(a[3][0]) + bool(a[3][1]))
+
+
 _FORMULAS = {
+    "linear_backward": _linear_backward_flops,  # its only kernels are MKL-DNN's: no meta run
     "_scaled_dot_product_fused_attention_overrideable": lambda a: _attention_flops(a[0], a[1], a[2]),
     "_scaled_dot_product_fused_attention_overrideable_backward":
         lambda a: _attention_backward_flops(a[0], a[1], a[2], a[3]),

@@ -350,6 +350,11 @@ def _index_exprs(tensor, index):
         elif isinstance(item, (int, np.integer)) and not isinstance(item, (bool, np.bool_)):
             i = int(item)
             exprs.append(IndexExpr(i + shape[axis] if i < 0 else i, (), ()))
+        elif _runtime_scalar(item):
+            # A one-element on-chip tile used as an index (dynamic DMA addressing: a batch slot
+            # read at run time); the simulator knows its value. Out of range, it leaves the
+            # access partial, as a constant out of range does.
+            exprs.append(IndexExpr(int(np.asarray(item.data).reshape(-1)[0]), (), ()))
         elif isinstance(item, slice) and axis > last:
             start, stop, step = item.indices(shape[axis])
             k = ndim + axis - last - 1
@@ -360,6 +365,13 @@ def _index_exprs(tensor, index):
             raise NKIError("tensor indexing", f"index {item!r} on axis {axis} cannot be mixed with nl.arange "
                            "indices after it", "index every axis with nl.arange / nl.mgrid expressions or ints")
     return exprs
+
+
+def _runtime_scalar(item) -> bool:
+    """A tile (NkiTensor) of one integer element."""
+    data = getattr(item, "data", None)
+    return hasattr(item, "alloc") and isinstance(data, np.ndarray) and data.size == 1 \
+        and np.issubdtype(data.dtype, np.integer)
 
 
 def _first_violation(tensor, exprs, shape, coefs):

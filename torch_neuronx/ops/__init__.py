@@ -4,6 +4,7 @@ the fallback policy and op tracking."""
 from __future__ import annotations
 
 import collections
+import warnings
 
 import torch
 
@@ -140,12 +141,13 @@ def _register_python_kernels(kernels: dict, key: str = "PrivateUse1") -> None:
     _python_kernels.append(library)
 
 
-def _register_autograd_kernels(kernels: dict) -> None:
+def _register_autograd_kernels(kernels: dict, key: str = "AutogradPrivateUse1") -> None:
     """AutogradPrivateUse1 kernels of ONE_KERNEL_COMPOSITES that have no autograd formula
-    (ops/composites.py); not counted: they run the op's kernel or its composite."""
+    (ops/composites.py, ops/linear.py), and rms_norm's routing; not counted: they run the
+    op's kernel, another op's or the op's composite."""
     library = torch.library.Library("aten", "IMPL")
     for name, kernel in kernels.items():
-        library.impl(name, patching.hide_from_dynamo(kernel), "AutogradPrivateUse1")
+        library.impl(name, patching.hide_from_dynamo(kernel), key)
     _python_kernels.append(library)
 
 
@@ -172,8 +174,10 @@ def register() -> None:
         _register_python_kernels(sync_batch_norm.KERNELS)
         _register_meta_kernels(sync_batch_norm.META_KERNELS)
         _register_python_kernels(linear.KERNELS)
+        _register_autograd_kernels(linear.AUTOGRAD_KERNELS)
         _register_python_kernels(composites.KERNELS)
         _register_autograd_kernels(composites.AUTOGRAD_KERNELS)
+        _register_autograd_kernels(composites.ROUTING_KERNELS, "PrivateUse1")
         _register_python_kernels(attention.KERNELS)
         _register_python_kernels(sparse.KERNELS)
         _register_python_kernels(sparse.CSR_KERNELS, "SparseCsrPrivateUse1")
@@ -181,8 +185,8 @@ def register() -> None:
 
 
 def apply_env_policies() -> None:
-    """Reads TORCH_NEURONX_FALLBACK, TORCH_NEURONX_FP64, NEURON_LAUNCH_BLOCKING and
-    TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS."""
+    """Reads TORCH_NEURONX_FALLBACK, TORCH_NEURONX_FP64, NEURON_LAUNCH_BLOCKING,
+    TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS and TORCH_NEURONX_MLIR_ATEN_OPS."""
     # The emulator already runs every launch synchronously (an op's error is
     # raised by the call that launched it): that value is only validated (a typo
     # is an error). It never retries a failed op on the CPU (its kernels are CPU
@@ -193,6 +197,12 @@ def apply_env_policies() -> None:
     _C._set_device_limits_enforced(config.fallback_only_for_unimplemented_ops())
     _C._set_fallback_mode(_FALLBACK_MODES[config.fallback_mode()])
     _C._set_fp64_mode(_FP64_MODES[config.fp64_mode()])
+    # TorchNeuron's import writes its default (torch-mlir lowering) into the environment,
+    # where AWS's own code and tests read it; the emulator models that path only.
+    config.mlir_aten_ops.export_default("1")
+    if not config.mlir_aten_ops():
+        warnings.warn(f"{config.mlir_aten_ops.name}=0 (TorchNeuron's older XLA lowering of eager ops) is not "
+                      "emulated: ops behave as with the default 1 (docs/env-vars.md)", stacklevel=2)
 
 
 def set_fallback_mode(mode: str) -> None:

@@ -12,6 +12,9 @@ composite on host aliases).
   composites part by part), so a call whose inputs require grad (double
   backward) keeps running the composite on the device, which keeps its gradient
   exact; every other call goes below autograd to the one kernel.
+- rms_norm with a 16-bit input and a weight of another dtype: one _fused_rms_norm
+  in float32, as TorchNeuron runs it (PyTorch's composite would take its unfused
+  formula, several kernels).
 """
 
 from __future__ import annotations
@@ -25,12 +28,19 @@ _aten = torch.ops.aten
 _RMS_NORM_BACKWARD = decomposition_table[_aten._fused_rms_norm_backward.default]
 
 
-def _fused_rms_norm_backward(grad_out, input, normalized_shape, rstd, weight, output_mask):
-    device = grad_out.device.index
-    host = [None if t is None else _C._host_alias(t) for t in (grad_out, input, rstd, weight)]
+def on_host_aliases(fn, device: int, *args) -> tuple:
+    """fn(*args) with each device tensor replaced by its host alias, without autograd;
+    the tensors it returns adopted on `device`. The device sees one kernel: fn's
+    parts are CPU calls, not device calls of their own."""
+    host = [_C._host_alias(a) if isinstance(a, torch.Tensor) else a for a in args]
     with torch.no_grad():
-        grads = _RMS_NORM_BACKWARD(host[0], host[1], normalized_shape, host[2], host[3], output_mask)
-    return tuple(None if g is None else _C._adopt_external(g.contiguous(), device) for g in grads)
+        results = fn(*host)
+    return tuple(None if r is None else _C._adopt_external(r.contiguous(), device) for r in results)
+
+
+def _fused_rms_norm_backward(grad_out, input, normalized_shape, rstd, weight, output_mask):
+    return on_host_aliases(_RMS_NORM_BACKWARD, grad_out.device.index, grad_out, input, normalized_shape, rstd,
+                           weight, output_mask)
 
 
 def _composite_under_autograd(op):
@@ -46,8 +56,27 @@ def _composite_under_autograd(op):
     return kernel
 
 
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """rms_norm's kernel for both neuron keys, as TorchNeuron registers it: a 16-bit
+    input with a weight of another dtype (PyTorch's composite then takes its unfused
+    formula) is raised to float32 for one _fused_rms_norm and the result returned in
+    the input's dtype; every other call, and tensor subclasses (DTensor, Dynamo's
+    fake tensors), take PyTorch's composite, which reaches _fused_rms_norm itself."""
+    mixed = weight is not None and weight.dtype != input.dtype and input.dtype in _HALF
+    if not mixed or any(torch._C._dispatch_keys(t).has(torch._C.DispatchKey.Python) for t in (input, weight)):
+        return _aten.rms_norm.default.decompose(input, normalized_shape, weight, eps)
+    normed = _aten._fused_rms_norm.default(input.float(), normalized_shape, weight.float(), eps)[0]
+    return normed.to(input.dtype)
+
+
 KERNELS = {"_fused_rms_norm_backward": _fused_rms_norm_backward}
 AUTOGRAD_KERNELS = {
-    name: _composite_under_autograd(getattr(_aten, name).default)
-    for name in ("index_select_backward", "value_selecting_reduction_backward")
+    **{name: _composite_under_autograd(getattr(_aten, name).default)
+       for name in ("index_select_backward", "value_selecting_reduction_backward")},
+    "rms_norm": rms_norm,
 }
+# Reached without autograd (inference_mode): the same kernel, so the same route.
+ROUTING_KERNELS = {"rms_norm": rms_norm}

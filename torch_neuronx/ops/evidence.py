@@ -91,10 +91,9 @@ RECORDS: tuple[Evidence, ...] = (
              "all-false mask runs nonzero on the device", emulated=True,
              note="boolean masks only (csrc/MaskIndex.cpp); integer indices take one index kernel"),
     # ----------------------------------------------------- one device kernel in the release
-    _one_kernel("linear", "torch_mlir/ops/linear_algebra.py (aten::linear, linear.out)", False,
-                "here PyTorch's composite (t + addmm; mm ops in backward): served as one kernel, linear's "
-                "gradient becomes linear_backward, which DTensor has no sharding rule for in PyTorch 2.13, "
-                "so tensor-parallel training on neuron would stop (tests/test_distributed.py)"),
+    _one_kernel("linear", "torch_mlir/ops/linear_algebra.py (aten::linear, linear.out)", True,
+                "its gradient is one linear_backward kernel (ops/linear.py); tensor subclasses (DTensor, "
+                "which has no sharding rule for linear in PyTorch 2.13) and functorch keep PyTorch's composite"),
     _one_kernel("full", "torch_mlir/ops/creation.py (aten::full, full.out)", True),
     _one_kernel("zeros", "torch_mlir/ops/creation.py (aten::zeros, zeros.out)", True),
     _one_kernel("ones", "torch_mlir/ops/creation.py (aten::ones, ones.out)", True),
@@ -110,8 +109,11 @@ RECORDS: tuple[Evidence, ...] = (
              emulated=True, note="as in the release: arange(end) is one kernel; arange(start, end[, step]) is "
                                  "PyTorch's composite, an allocation and one arange.start_out kernel "
                                  "(registry COMPOSITE_OVERLOADS)"),
-    _one_kernel("_fused_rms_norm", "torch_mlir/ops/normalization.py", True,
-                _COMPOSITE + "; its gradient is PyTorch's formula, one _fused_rms_norm_backward kernel"),
+    _one_kernel("_fused_rms_norm", "torch_mlir/ops/normalization.py; python_ops/rms_norm.py registers rms_norm "
+                "for PrivateUse1 and AutogradPrivateUse1: a 16-bit input with a weight of another dtype is "
+                "raised to float32 for one _fused_rms_norm", True,
+                _COMPOSITE + "; its gradient is PyTorch's formula, one _fused_rms_norm_backward kernel; rms_norm's "
+                "mixed-dtype route is ops/composites.py's rms_norm"),
     _one_kernel("_fused_rms_norm_backward", "torch_mlir/ops/normalization.py", True,
                 "a direct kernel (ops/composites.py): PyTorch's decomposition on host aliases"),
     _one_kernel("silu_backward", "torch_mlir/ops/activation.py (aten::silu_backward)", True,

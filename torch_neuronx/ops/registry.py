@@ -208,9 +208,11 @@ FP8_COMPUTE = frozenset({"_scaled_mm", "_scaled_grouped_mm", "_scaled_mm_v2", "_
 # _fused_rms_norm's calls _fused_rms_norm_backward, a direct kernel; silu_backward has
 # none, as on the CPU); isfinite and one_hot return no
 # floating tensor; index_select_backward and value_selecting_reduction_backward keep
-# their composites when a gradient flows through them (ops/composites.py). torch.compile decomposes each while tracing, as before.
+# their composites when a gradient flows through them (ops/composites.py); linear's
+# autograd kernel (ops/linear.py) makes its gradient one linear_backward kernel.
+# torch.compile decomposes each while tracing, as before.
 ONE_KERNEL_COMPOSITES = frozenset({
-    "isfinite", "one_hot", "_fused_rms_norm", "silu_backward", "index_select_backward",
+    "linear", "isfinite", "one_hot", "_fused_rms_norm", "silu_backward", "index_select_backward",
     "value_selecting_reduction_backward",
 })
 
@@ -251,7 +253,7 @@ NO_KERNEL = frozenset({
 # TensorE work (the estimate's "matmul" class), plus, by rule, convolutions and attention
 # (is_tensor_engine).
 TENSOR_ENGINE = frozenset({
-    "mm", "bmm", "addmm", "addbmm", "baddbmm", "matmul", "linear", "addmv", "mv",
+    "mm", "bmm", "addmm", "addbmm", "baddbmm", "matmul", "linear", "linear_backward", "addmv", "mv",
     "_scaled_mm", "_grouped_mm", "_scaled_grouped_mm", "_int_mm", "_scaled_mm_v2", "_scaled_grouped_mm_v2",
 })
 

@@ -22,6 +22,7 @@ from ..errors import NKIError
 from ..runtime import PMAX, active, current
 from ..tensor import NkiTensor, box
 from . import constants
+from . import constants as _constants
 from .constants import dge_mode, dma_engine, matmul_perf_mode, oob_mode
 
 engine = types.SimpleNamespace(tensor="tensor", vector="vector", scalar="scalar", gpsimd="gpsimd",
@@ -227,7 +228,15 @@ def _record(op, eng, writes, reads, cost, **kw):
 def dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, dge_mode=None, dma_engine=None, name=None):
     """Copy `src` to `dst` with a DMA (HBM <-> SBUF, HBM -> HBM; never PSUM). With
     `dst_rmw_op=nl.add` the DMA adds into `dst`. A dtype difference is converted (the DMA casts).
-    `oob_mode`, `dge_mode`, `dma_engine` (nisa.constants) are accepted and not acted on."""
+    `oob_mode=nisa.oob_mode.skip`: elements whose address (an index read at run time from a tile)
+    falls outside `dst` or `src` are not copied; by default they are an error. `dge_mode` and
+    `dma_engine` (nisa.constants) are accepted and not acted on."""
+    if _constants.oob_mode.skip in (oob_mode, getattr(oob_mode, "value", None)) or oob_mode == "skip":
+        keep = _in_bounds(dst, src)
+        if keep is not None:
+            outer = _active_mask()
+            with masked(keep if outer is None else keep & _ix.fit_mask(outer, keep.shape, "mask", "dst")):
+                return dma_copy(dst, src, dst_rmw_op, None, dge_mode, dma_engine, name)
     instr = "nisa.dma_copy"
     dst = _tensor(dst, instr, "dst")
     src = _tensor(src, instr, "src")
@@ -249,6 +258,18 @@ def dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, dge_mode=None, dma_engine
     nbytes = max(dst.nbytes, src.nbytes)
     per_partition = nbytes / max(1, side.partitions if side.ndim else 1)
     _record(instr, "dma", [dst], [src], ("dma", nbytes, per_partition), nbytes=nbytes)
+
+
+def _in_bounds(dst, src):
+    """The elements (in dst's shape) whose dst and src addresses are both in bounds, when either
+    access leaves its tensor; None when both stay inside."""
+    keep = None
+    for t in (dst, src):
+        partial = getattr(t, "partial", None)
+        if partial is not None and partial.oob.size == dst.data.size:
+            inside = ~partial.oob.reshape(dst.shape)
+            keep = inside if keep is None else keep & inside
+    return keep
 
 
 def tensor_copy(dst, src, engine=None, name=None, dtype=None):

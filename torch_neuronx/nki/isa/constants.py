@@ -3,8 +3,9 @@ kernels do (`from nki.isa.constants import oob_mode, dge_mode`).
 
 The simulator accepts them where AWS's instructions take them and does not act on them: a DMA's
 descriptor generation (`dge_mode`) and engine (`dma_engine`) change how the hardware issues it, not
-what it copies, `matmul_perf_mode` how fast the Tensor Engine runs a matmul, not its result, and
-out-of-bounds indices (`oob_mode`) are reported as errors whatever the mode.
+what it copies, and `matmul_perf_mode` how fast the Tensor Engine runs a matmul, not its result.
+`oob_mode.skip` makes nisa.dma_copy leave out the elements whose address is out of bounds (an
+error otherwise).
 """
 
 from __future__ import annotations

@@ -347,8 +347,8 @@ class _TinyLM(nn.Module):
     ids=["default", "foreach", "for_loop", "fused"],
 )
 def test_core_training_ops_do_not_fall_back(optimizer_kwargs):
-    """add, mm, softmax, layer_norm, embedding, cross_entropy and an AdamW step
-    run natively: in error mode any fallback would raise."""
+    """add, linear (mm in attention), softmax, layer_norm, embedding, cross_entropy and an
+    AdamW step run natively: in error mode any fallback would raise."""
     model = _TinyLM().to(NEURON)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, **optimizer_kwargs)
     tokens = torch.randint(0, 50, (4, 9), device=NEURON)
@@ -363,7 +363,7 @@ def test_core_training_ops_do_not_fall_back(optimizer_kwargs):
         optimizer.step()
     assert torch_neuronx.get_fallback_ops() == {}
     executed = torch_neuronx.get_executed_ops()
-    for op in ("add", "mm", "_softmax", "native_layer_norm", "embedding", "nll_loss_forward",
+    for op in ("add", "linear", "linear_backward", "_softmax", "native_layer_norm", "embedding", "nll_loss_forward",
                "_log_softmax", "native_layer_norm_backward", "embedding_dense_backward"):
         assert any(name.split("::")[1].split(".")[0] in (op, op + "_") for name in executed), op
     optimizer_ops = {"fused": "_fused_adamw_", "foreach": "_foreach_", "default": "_foreach_"}

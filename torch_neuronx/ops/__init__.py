@@ -181,6 +181,7 @@ def register() -> None:
         _register_python_kernels(attention.KERNELS)
         _register_python_kernels(sparse.KERNELS)
         _register_python_kernels(sparse.CSR_KERNELS, "SparseCsrPrivateUse1")
+        _register_python_kernels(sparse.CSR_KERNELS, "AutogradPrivateUse1")
         sparse.register_fallbacks(_python_kernels)
 
 

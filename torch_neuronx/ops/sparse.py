@@ -37,14 +37,16 @@ def _fallback(op, *args, **kwargs):
 
 
 # Dense neuron -> sparse: rejected before the CPU fallback converts (and warns) for nothing.
-# _sparse_compressed_tensor_unsafe builds CSR/CSC/BSR/BSC tensors without passing through
-# a sparse dispatch key (it is composite), so it is rejected for neuron components too.
 KERNELS = {
     name: _rejecting(name)
     for name in ("_to_sparse", "_to_sparse.sparse_dim", "_to_sparse_csr", "_to_sparse_csc",
-                 "_to_sparse_bsr", "_to_sparse_bsc", "_sparse_compressed_tensor_unsafe")
+                 "_to_sparse_bsr", "_to_sparse_bsc")
 }
-CSR_KERNELS = {"_sparse_compressed_tensor_unsafe": KERNELS["_sparse_compressed_tensor_unsafe"]}
+# _sparse_compressed_tensor_unsafe builds CSR/CSC/BSR/BSC tensors without passing through
+# a sparse dispatch key (it is composite), so it is rejected for neuron components too: at
+# the autograd key (a device kernel for a composite would hide it from autograd, as
+# TorchNeuron's own test of its registrations checks) and at the CSR key.
+CSR_KERNELS = {"_sparse_compressed_tensor_unsafe": _rejecting("_sparse_compressed_tensor_unsafe")}
 
 # Every other op on a sparse neuron layout (COO construction included).
 FALLBACK_KEYS = ("SparsePrivateUse1", "SparseCsrPrivateUse1")

@@ -33,7 +33,7 @@ def test_demo_trains_and_reports():
     assert re.search(r"^fallback ops \(ran on CPU copies\): (none|\d+)$", out, flags=re.MULTILINE), out
     executed = re.search(r"^executed ops: (\d+) distinct, (\d+) calls", out, flags=re.MULTILINE)
     assert executed and int(executed.group(1)) > 0
-    assert re.search(r"^  aten::mm: \d+$", out, flags=re.MULTILINE), out
+    assert re.search(r"^  aten::linear: \d+$", out, flags=re.MULTILINE), out  # one kernel, as on TorchNeuron
     memory = re.search(r"^memory: allocated ([0-9.]+) MiB / peak ([0-9.]+) MiB / reserved ([0-9.]+) MiB$",
                        out, flags=re.MULTILINE)
     assert memory, out
@@ -67,7 +67,8 @@ def test_profiling_example_writes_a_device_trace_and_a_memory_history(tmp_path):
     assert [t.name for t in traces] == ["trace_4.json"]
     events = json.loads(traces[0].read_text())["traceEvents"]
     kernels = [e for e in events if e.get("cat") == "kernel"]
-    assert any(e["name"] == "aten::mm.default" for e in kernels)
+    names = {e["name"] for e in kernels}
+    assert {"aten::linear.default", "aten::linear_backward.default"} <= names, sorted(names)
     assert sum(e.get("cat") == "user_annotation" and e["name"] == "train_step" for e in events) == 2
     snapshot = pickle.loads((tmp_path / "memory.pickle").read_bytes())
     trace = [entry for device in snapshot["device_traces"] for entry in device]

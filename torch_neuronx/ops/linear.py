@@ -46,7 +46,7 @@ class _Linear(torch.autograd.Function):
 
     @staticmethod
     def forward(input, weight, bias):
-        return _aten.linear.default(input, weight, bias)
+        return _below_autograd(input, weight, bias)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -85,6 +85,12 @@ def linear_autograd(input, weight, bias=None):
         if not _has_linear_backward(input, weight, bias):  # a 1-D weight: differentiate the composite
             return _aten.linear.default.decompose(input, weight, bias)
         return _Linear.apply(input, weight, bias)
+    return _below_autograd(input, weight, bias)
+
+
+def _below_autograd(input, weight, bias):
+    """The device's linear kernel, called below autograd (from _Linear.forward
+    too, which would otherwise come back through linear_autograd)."""
     with torch._C._AutoDispatchBelowAutograd():
         return _aten.linear.default(input, weight, bias)
 

@@ -1,0 +1,133 @@
+"""Runs AWS's TorchNeuron test suite against this package and counts its tests of
+public behaviour (issue #25; docs/fidelity.md, "How it is measured").
+
+AWS's snapshot is a source of facts, not part of this project: this script
+exports its tests from a local mirror (bring it with the search tool's `fetch` of
+github:parmoham-aws/test-repo-parmoham) into a work folder and runs them there, a
+pytest process per folder, with plugin.py (stubs for AWS-only modules, a time
+limit per test) and OMP_NUM_THREADS=1. CI never runs it.
+
+    python scripts/aws_suite/run.py --label dec4 [--folders operations nki ...] [-k EXPR]
+    python scripts/aws_suite/run.py --label dec4 --report-only
+
+Prints, per folder, the public tests that passed / ran, and writes
+<results>/<label>/failures.tsv: every public failure with the first line of its error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections import Counter, defaultdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import scope  # noqa: E402
+
+DEFAULT_MIRROR = "/work/.mirror/parmoham-aws+test-repo-parmoham/repo"
+FOLDERS = ["allocator", "autocast", "storage", "unit", "integration", "streams", "views", "memory",
+           "cpu_fallback", "device", "profiler", "nki", "operations", "neuron_dynamo_backend", "python_ops",
+           "vertical", "pytorch_tests", "huggingface"]
+
+
+def export(mirror: str, commit: str, work: Path) -> None:
+    if (work / "tests").exists():
+        return
+    work.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "--git-dir", mirror, "archive", commit, "conftest.py", "tests"],
+                             check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(work)], input=archive, check=True)
+
+
+def run_folder(work: Path, folder: str, out: Path, python: str, extra: list[str]) -> float:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{HERE}{os.pathsep}{work}")
+    start = time.perf_counter()
+    subprocess.run([python, "-m", "pytest", f"tests/{folder}", "-p", "plugin", "-p", "no:cacheprovider",
+                    "-o", "addopts=", "-o", "junit_family=xunit1", f"--junitxml={out / (folder + '.xml')}",
+                    "-q", "--no-header", "-rN", "--continue-on-collection-errors", *extra], cwd=work, env=env,
+                   stdout=open(out / f"{folder}.log", "w"), stderr=subprocess.STDOUT)
+    return time.perf_counter() - start
+
+
+def _outcome(case) -> tuple[str, str]:
+    for tag in ("failure", "error"):
+        node = case.find(tag)
+        if node is not None:
+            message = (node.get("message") or node.text or "").strip().splitlines()
+            return tag, message[0][:300] if message else ""
+    if case.find("skipped") is not None:
+        return "skipped", ""
+    return "passed", ""
+
+
+def report(work: Path, out: Path, folders: list[str]) -> None:
+    rows, failures = [], []
+    for folder in folders:
+        xml = out / f"{folder}.xml"
+        if not xml.exists():
+            continue
+        counts = Counter()
+        private = Counter()
+        for case in ET.parse(xml).getroot().iter("testcase"):
+            file, cls, name = case.get("file"), None, case.get("name")
+            outcome, message = _outcome(case)
+            if not file:  # a file that did not collect
+                counts["collection error"] += 1
+                failures.append((folder, case.get("classname", "") + "::" + name, "collection", message))
+                continue
+            classname = case.get("classname", "")
+            module = file[:-3].replace("/", ".")
+            if classname.startswith(module + "."):
+                cls = classname[len(module) + 1:]
+            why = scope.classify(work, file, cls, name)
+            if why is not None:
+                private[why] += 1
+                continue
+            counts[outcome] += 1
+            if outcome in ("failure", "error"):
+                failures.append((folder, f"{file}::{cls + '::' if cls else ''}{name}", outcome, message))
+        ran = counts["passed"] + counts["failure"] + counts["error"]
+        rows.append((folder, counts["passed"], ran, counts["skipped"], counts["collection error"],
+                     sum(private.values())))
+    print(f"{'folder':24} {'passed':>7} {'ran':>6} {'skipped':>8} {'coll.err':>8} {'private':>8}")
+    for folder, passed, ran, skipped, errors, private_n in rows:
+        print(f"{folder:24} {passed:7d} {ran:6d} {skipped:8d} {errors:8d} {private_n:8d}")
+    passed = sum(r[1] for r in rows)
+    ran = sum(r[2] for r in rows)
+    if ran:
+        print(f"{'total':24} {passed:7d} {ran:6d}   ({100 * passed / ran:.1f}% of public tests that ran)")
+    with open(out / "failures.tsv", "w") as f:
+        for row in failures:
+            f.write("\t".join(row) + "\n")
+    print(f"public failures: {out / 'failures.tsv'}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--label", required=True)
+    parser.add_argument("--mirror", default=DEFAULT_MIRROR)
+    parser.add_argument("--commit", default="HEAD")
+    parser.add_argument("--work", default="/tmp/aws-suite", help="where the snapshot's tests are exported")
+    parser.add_argument("--results", default="/tmp/aws-suite-results")
+    parser.add_argument("--python", default=sys.executable, help="the interpreter with torch_neuronx installed")
+    parser.add_argument("--folders", nargs="*", default=FOLDERS)
+    parser.add_argument("--report-only", action="store_true")
+    args, extra = parser.parse_known_args(argv)
+    work, out = Path(args.work), Path(args.results) / args.label
+    out.mkdir(parents=True, exist_ok=True)
+    export(args.mirror, args.commit, work)
+    if not args.report_only:
+        for folder in args.folders:
+            seconds = run_folder(work, folder, out, args.python, extra)
+            print(f"{folder}: {seconds:.0f} s", flush=True)
+    report(work, out, args.folders)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

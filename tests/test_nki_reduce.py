@@ -475,3 +475,43 @@ def test_reduce_cmd_enum_is_aws_names():
     import nki.isa as aws_isa  # the import alias AWS's kernels use
 
     assert aws_isa.reduce_cmd.reset_reduce is nisa.reduce_cmd.reset_reduce
+
+
+# ---------------------------------------------------------------------------- scalar_tensor_tensor
+def test_scalar_tensor_tensor_reduces_through_the_vector_registers():
+    y = RNG.standard_normal((128, 96), dtype=np.float32)
+
+    @nki.jit
+    def kernel(x, y, col):
+        t, u, c = nl.load(x), nl.load(y), nl.load(col)
+        dst = nl.ndarray((x.shape[0], 48), nl.float32, buffer=nl.sbuf)
+        res = nl.ndarray((x.shape[0], 2), nl.float32, buffer=nl.sbuf)
+        # (x * col) + y per half; the sum of the first half alone, then of both halves.
+        nisa.scalar_tensor_tensor(dst, t[:, 0:48], nl.multiply, c, nl.add, u[:, 0:48], reduce_op=nl.add,
+                                  reduce_res=res[:, 0:1])
+        nisa.scalar_tensor_tensor(dst, t[:, 48:96], nl.multiply, c, nl.add, u[:, 48:96], reduce_op=nl.add,
+                                  reduce_res=res[:, 1:2], reduce_cmd=nisa.reduce_cmd.reduce)
+        out = nl.ndarray((x.shape[0], 48), nl.float32, buffer=nl.shared_hbm)
+        red = nl.ndarray((x.shape[0], 2), nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, dst)
+        nl.store(red, res)
+        return out, red
+
+    out, red = kernel(X, y, COL)
+    full = X * COL + y
+    np.testing.assert_allclose(out, full[:, 48:], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(red[:, 0], full[:, :48].sum(axis=1), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(red[:, 1], full.sum(axis=1), rtol=1e-5, atol=1e-4)
+    (rec,) = [i for i in kernel.last_trace if i.op == "nisa.scalar_tensor_tensor"][:1]
+    assert rec.shapes[1] == (128, 1)  # reduce_res is a traced write
+
+    @nki.jit
+    def on_gpsimd(x, y):
+        t, u = nl.load(x), nl.load(y)
+        dst = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+        res = nl.ndarray((x.shape[0], 1), nl.float32, buffer=nl.sbuf)
+        nisa.scalar_tensor_tensor(dst, t, nl.multiply, 2.0, nl.add, u, engine=nisa.gpsimd_engine, reduce_res=res)
+        return None
+
+    with pytest.raises(nki.NKIError, match="runs on the Vector Engine's accumulation registers, not on the GpSimd"):
+        on_gpsimd(X, y)

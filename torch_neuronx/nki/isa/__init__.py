@@ -479,8 +479,12 @@ def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, rev
 
 
 def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False,
-                         engine=None, name=None):
-    """dst = (data <op0> operand0) <op1> operand1, operand0 a number or [P, 1], operand1 a tensor."""
+                         engine=None, reduce_cmd=None, reduce_op=None, reduce_res=None, name=None):
+    """dst = (data <op0> operand0) <op1> operand1, operand0 a number or [P, 1], operand1 a tensor.
+
+    With `reduce_op` or `reduce_res` (AWS, Neuron SDK 2.33) it also reduces dst along the free
+    axes through the Vector Engine's accumulation registers, as tensor_scalar_reduce does
+    (`reduce_cmd` default reset_reduce; reduce_res, [P, 1], receives the registers)."""
     instr = "nisa.scalar_tensor_tensor"
     dst, data = _tensor(dst, instr, "dst"), _tensor(data, instr, "data")
     other = _tensor(operand1, instr, "operand1")
@@ -491,15 +495,29 @@ def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False
                        "copy one of them to SBUF first (nisa.tensor_copy)")
     _same_layout(instr, dst, data)
     _same_layout(instr, dst, other, "operand1")
+    reducing = (reduce_op is not None and reduce_op is not Ellipsis) or reduce_res is not None
+    if reducing and eng != "vector":
+        raise NKIError(instr, "the reduction (reduce_op / reduce_res) runs on the Vector Engine's accumulation "
+                       f"registers, not on the {_ENGINE_NAMES[eng]}", "leave engine= unset or use nisa.vector_engine")
+    rtoken = _register_op(instr, None if reduce_op is Ellipsis else reduce_op) if reducing else None
+    cmd = _command(reduce_cmd, instr, ("reset", "reduce", "reset_reduce"), "reset_reduce") if reducing else None
+    res = _reduce_operand(instr, reduce_res, data.partitions, "vector") if reduce_res is not None else None
     value, tensor = _scalar_operand(operand0, instr, "operand0", data.partitions, eng)
     t0, t1 = _ops.resolve(op0, instr, 2), _ops.resolve(op1, instr, 2)
     x = _f32_2d(data)
     x = t0.fn(value, x) if reverse0 else t0.fn(x, value)
     y = _f32_2d(other)
     _write(dst, t1.fn(y, x) if reverse1 else t1.fn(x, y))
+    writes = [dst]
+    if reducing:
+        lanes = _lanes(data)
+        _accumulate(instr, "vector", cmd, lanes, rtoken, _partial_reduce(dst, rtoken) if cmd != "reset" else None)
+        if res is not None:
+            _write(res, _read_registers(instr, "vector", lanes))
+            writes.append(res)
     reads = [data, other] + ([tensor] if tensor is not None else [])
-    _record(instr, eng, [dst], reads, ("tensor_tensor", dst.free_size, "psum" in (data.buffer.kind,
-                                                                                  other.buffer.kind)))
+    _record(instr, eng, writes, reads, ("tensor_tensor", dst.free_size, "psum" in (data.buffer.kind,
+                                                                                   other.buffer.kind)))
 
 
 # What a masked-out element counts as in a reduction (it is not read).

@@ -515,3 +515,86 @@ def test_scalar_tensor_tensor_reduces_through_the_vector_registers():
 
     with pytest.raises(nki.NKIError, match="runs on the Vector Engine's accumulation registers, not on the GpSimd"):
         on_gpsimd(X, y)
+
+
+# ---------------------------------------------------------------------------- tensor_scalar_cumulative
+@nki.jit
+def _cumulative(x, op0, imm0, op1, dtype, first):
+    """Two column halves: the first with `first` (reset_reduce or load_reduce from a [P, 1] tile),
+    the second continuing with reduce, so the running value crosses the instruction boundary."""
+    t = nl.load(x)
+    n = x.shape[1] // 2
+    dst = nl.ndarray(x.shape, dtype, buffer=nl.sbuf)
+    kw = dict(reduce_cmd=nisa.reduce_cmd.reset_reduce)
+    if first is not None:
+        kw = dict(reduce_cmd=nisa.reduce_cmd.load_reduce, imm1=nl.load(first))
+    nisa.tensor_scalar_cumulative(dst[:, 0:n], t[:, 0:n], op0, op1, imm0, **kw)
+    nisa.tensor_scalar_cumulative(dst[:, n:], t[:, n:], op0, op1, imm0, reduce_cmd=nisa.reduce_cmd.reduce)
+    out = nl.ndarray(x.shape, dtype, buffer=nl.shared_hbm)
+    nl.store(out, dst)
+    return out
+
+
+@pytest.mark.parametrize("shape", [(128, 64), (32, 10)])
+def test_tensor_scalar_cumulative_sum_and_max_match_numpy(shape):
+    x = RNG.standard_normal(shape, dtype=np.float32)
+    np.testing.assert_allclose(_cumulative(x, nl.multiply, 2.0, nl.add, nl.float32, None), np.cumsum(2 * x, axis=1),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(_cumulative(x, nl.add, 1.0, nl.maximum, nl.float32, None),
+                                  np.maximum.accumulate(x + 1, axis=1))
+    start = np.full((shape[0], 1), 3.0, np.float32)
+    np.testing.assert_allclose(_cumulative(x, nl.add, 0.0, nl.add, nl.float32, start),
+                               3.0 + np.cumsum(x, axis=1), rtol=1e-5, atol=1e-5)
+    got = _cumulative(x, nl.add, 0.0, nl.add, nl.bfloat16, None)
+    np.testing.assert_allclose(got.astype(np.float32), np.cumsum(x, axis=1), rtol=1e-2, atol=2e-2)
+
+
+def test_tensor_scalar_cumulative_subtract_follows_aws_operand_order():
+    # AWS: reg = op1(op0(src[i], imm0), reg), so subtract gives src[i] - reg (an alternating sum).
+    x = RNG.standard_normal((16, 6), dtype=np.float32)
+    got = _cumulative(x, nl.multiply, 1.0, nl.subtract, nl.float32, None)
+    ref = np.zeros_like(x)
+    reg = np.zeros(16, np.float32)
+    for i in range(6):
+        reg = x[:, i] - reg
+        ref[:, i] = reg
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_tensor_scalar_cumulative_shares_the_vector_registers():
+    @nki.jit
+    def kernel(x):
+        t = nl.load(x)
+        dst = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+        res = nl.ndarray((x.shape[0], 1), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_cumulative(dst, t, nl.add, nl.add, 0.0)                  # leaves the row sum in reg
+        nisa.tensor_scalar_reduce(dst, t, nl.multiply, 1.0, nl.add, res, reduce_cmd=nisa.reduce_cmd.reduce)
+        out = nl.ndarray((x.shape[0], 1), nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, res)
+        return out
+
+    np.testing.assert_allclose(kernel(X)[:, 0], 2 * X.sum(axis=1), rtol=1e-5, atol=1e-4)
+
+
+def test_tensor_scalar_cumulative_errors():
+    @nki.jit
+    def kernel(x, case):
+        t = nl.load(x)
+        dst = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+        if case == "reduce_first":
+            nisa.tensor_scalar_cumulative(dst, t, nl.add, nl.add, 0.0, reduce_cmd=nisa.reduce_cmd.reduce)
+        elif case == "int32":
+            i = nl.ndarray(x.shape, nl.int32, buffer=nl.sbuf)
+            nisa.tensor_scalar_cumulative(i, t, nl.add, nl.add, 0.0)
+        elif case == "imm1":
+            nisa.tensor_scalar_cumulative(dst, t, nl.add, nl.add, 0.0, imm1=1.0)
+        elif case == "op1":
+            nisa.tensor_scalar_cumulative(dst, t, nl.add, nl.divide, 0.0)
+        return None
+
+    for case, message in [("reduce_first", r"reduce_cmd=reduce continues the Vector Engine's accumulation"),
+                          ("int32", r"dst dtype int32 is not supported"),
+                          ("imm1", r"imm1=1.0 with reduce_cmd=reset_reduce"),
+                          ("op1", r"op1 nl.divide cannot accumulate")]:
+        with pytest.raises(nki.NKIError, match=message):
+            kernel(X[:, :8], case)

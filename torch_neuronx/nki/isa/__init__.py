@@ -520,6 +520,60 @@ def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False
                                                                                    other.buffer.kind)))
 
 
+def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=None, name=None):
+    """A running reduction along the free axis on the Vector Engine, through its accumulation
+    registers (AWS's pseudo code): per partition, `reg` starts as op1's identity (reset_reduce,
+    the default; 0 for add and subtract), its current value (reduce) or `imm1` (load_reduce), then
+    for each element i: reg = op1(src[i] <op0> imm0, reg); dst[i] = reg. The final reg stays in
+    the registers for later Vector Engine accumulation instructions."""
+    instr = "nisa.tensor_scalar_cumulative"
+    dst, src = _tensor(dst, instr, "dst"), _tensor(src, instr, "src")
+    _access(instr, "vector", reads=[("src", src)], writes=[("dst", dst)])
+    _same_layout(instr, dst, src, "src")
+    for role, t in (("src", src), ("dst", dst)):
+        if t.dtype in (_dt.int32, _dt.uint32):
+            raise NKIError(instr, f"{role} dtype {_dt.name(t.dtype)} is not supported (AWS: an ISA limitation)",
+                           "use a 16-bit integer or a float dtype")
+    t0 = _ops.resolve(op0, instr, 2)
+    t1 = _ops.resolve(op1, instr, 2)
+    if t1.name not in ("add", "subtract", "multiply", "maximum", "minimum"):
+        raise NKIError(instr, f"op1 {t1!r} cannot accumulate", "use nl.add, nl.subtract, nl.multiply, nl.maximum "
+                       "or nl.minimum")
+    cmd = _command(reduce_cmd, instr, ("reduce", "reset_reduce", "load_reduce"), "reset_reduce")
+    if (imm1 is not None) != (cmd == "load_reduce"):
+        raise NKIError(instr, f"imm1 is the value reduce_cmd=load_reduce loads into the registers; got imm1={imm1!r} "
+                       f"with reduce_cmd={cmd}", "pass both reduce_cmd=nisa.reduce_cmd.load_reduce and imm1, or neither")
+    reads = [src]
+    value, tensor = _scalar_operand(imm0, instr, "imm0", src.partitions, "vector")
+    reads += [tensor] if tensor is not None else []
+    lanes = _lanes(src)
+    regs = _registers(instr, "vector")
+    if cmd == "reset_reduce":
+        reg = np.full(src.partitions, 0.0 if t1.name == "subtract" else _REGISTER_IDENTITY[t1.name], np.float32)
+    elif cmd == "load_reduce":
+        init, init_tensor = _scalar_operand(imm1, instr, "imm1", src.partitions, "vector")
+        reads += [init_tensor] if init_tensor is not None else []
+        reg = np.broadcast_to(np.float32(init) if init_tensor is None else init[:, 0], (src.partitions,)).copy()
+    else:
+        if _issued() and not regs.known[lanes].all():
+            raise NKIError(instr, f"reduce_cmd=reduce continues the Vector Engine's accumulation registers of "
+                           f"partitions {lanes.start}..{lanes.stop - 1}, but no instruction of this program has set "
+                           "them (their state is unknown)", "start with reduce_cmd=nisa.reduce_cmd.reset_reduce")
+        reg = regs.values[lanes].copy()
+    x = t0.fn(_f32_2d(src), value)
+    keep = _input_keep(src)
+    out = np.empty_like(x)
+    for i in range(x.shape[1]):  # a recurrence: one NumPy step per column, all partitions at once
+        step = t1.fn(x[:, i], reg)
+        reg = step if keep is None else np.where(keep[:, i], step, reg)  # masked elements are not read
+        out[:, i] = reg
+    _write(dst, out)
+    if _issued():
+        regs.values[lanes] = reg
+        regs.known[lanes] = True
+    _record(instr, "vector", [dst], reads, ("elementwise", dst.free_size))
+
+
 # What a masked-out element counts as in a reduction (it is not read).
 _IDENTITY = {"add": 0.0, "multiply": 1.0, "maximum": -np.inf, "minimum": np.inf,
              "logical_and": 1.0, "logical_or": 0.0}
@@ -904,7 +958,7 @@ def bn_aggr(dst, data, name=None):
 
 
 _MASKED = ("dma_copy", "tensor_copy", "memset", "nc_matmul", "nc_transpose", "tensor_tensor", "tensor_tensor_scan",
-           "tensor_scalar", "tensor_scalar_reduce",
+           "tensor_scalar", "tensor_scalar_reduce", "tensor_scalar_cumulative",
            "scalar_tensor_tensor", "tensor_reduce", "activation", "activation_reduce", "reciprocal", "iota",
            "affine_select", "bn_stats", "bn_aggr", "dropout")
 from . import value_forms as _value_forms  # noqa: E402 - the older forms call the instructions above

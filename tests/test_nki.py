@@ -508,7 +508,8 @@ def test_activation_scale_bias_reduce_and_dma_accumulate():
         x, c = nl.load(a), nl.load(col)
         y = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
         total = nl.ndarray((a.shape[0], 1), nl.float32, buffer=nl.sbuf)
-        nisa.activation(y, nl.tanh, x, bias=c, scale=0.5, reduce_op=nl.maximum, reduce_res=total)
+        nisa.activation(y, nl.tanh, x, bias=c, scale=0.5, reduce_op=nl.maximum, reduce_res=total,
+                        reduce_cmd=nisa.reduce_cmd.reset_reduce)
         nisa.dma_copy(out[:, 0:16], y, dst_rmw_op=nl.add)  # out += y
         nisa.dma_copy(out[:, 16:17], total)
         neg = nl.ndarray((a.shape[0], 1), nl.float32, buffer=nl.sbuf)

@@ -72,7 +72,8 @@ def flash_attention_fwd(q, k, v):
             nisa.tensor_scalar(neg_m, m_new, nl.multiply, -1.0)
             p = nl.ndarray((Q_TILE, K_BLOCK), q.dtype, buffer=nl.sbuf)
             row_sum = nl.ndarray((Q_TILE, 1), nl.float32, buffer=nl.sbuf)
-            nisa.activation(p, op=nl.exp, data=s, bias=neg_m, reduce_op=nl.add, reduce_res=row_sum)
+            nisa.activation(p, op=nl.exp, data=s, bias=neg_m, reduce_op=nl.add, reduce_res=row_sum,
+                            reduce_cmd=nisa.reduce_cmd.reset_reduce)
             alpha = nl.ndarray((Q_TILE, 1), nl.float32, buffer=nl.sbuf)
             nisa.activation(alpha, op=nl.exp, data=m, bias=neg_m)
             nisa.scalar_tensor_tensor(l, l, nl.multiply, alpha, nl.add, row_sum)  # l = l*alpha + rowsum

@@ -23,7 +23,8 @@ def rmsnorm_kernel(x, weight, eps=1e-6):
         tile = nl.load(x[nl.ds(i * pmax, p), :])
         squares = nl.ndarray((p, cols), nl.float32, buffer=nl.sbuf)
         sum_sq = nl.ndarray((p, 1), nl.float32, buffer=nl.sbuf)
-        nisa.activation(squares, op=nl.square, data=tile, reduce_op=nl.add, reduce_res=sum_sq)
+        nisa.activation(squares, op=nl.square, data=tile, reduce_op=nl.add, reduce_res=sum_sq,
+                        reduce_cmd=nisa.reduce_cmd.reset_reduce)
         # rstd = (sum_sq / D + eps) ** -0.5, in one tensor_scalar and one activation.
         var = nl.ndarray((p, 1), nl.float32, buffer=nl.sbuf)
         nisa.tensor_scalar(var, sum_sq, nl.multiply, 1.0 / cols, op1=nl.add, operand1=eps)

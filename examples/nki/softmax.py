@@ -25,7 +25,8 @@ def softmax_kernel(x):
         neg_max = nl.multiply(row_max, -1.0)
         e = nl.ndarray((p, cols), nl.float32, buffer=nl.sbuf)
         row_sum = nl.ndarray((p, 1), nl.float32, buffer=nl.sbuf)
-        nisa.activation(e, op=nl.exp, data=tile, bias=neg_max, reduce_op=nl.add, reduce_res=row_sum)
+        nisa.activation(e, op=nl.exp, data=tile, bias=neg_max, reduce_op=nl.add, reduce_res=row_sum,
+                        reduce_cmd=nisa.reduce_cmd.reset_reduce)
         inv = nl.reciprocal(row_sum)
         y = nl.multiply(e, inv, dtype=x.dtype)
         nl.store(out[nl.ds(i * pmax, p), :], y)

@@ -43,8 +43,8 @@ def instruction_cycles(cost: tuple, target: Target) -> float:
         if dtype_name.startswith("float8"):
             return cycles / target.fp8_matmul_speedup
         return cycles
-    if kind == "elementwise":
-        return max(MIN_II, cost[1])
+    if kind == "elementwise":  # ("elementwise", N[, extra cycles]), e.g. tensor_scalar_reduce's + MIN_II
+        return max(MIN_II, cost[1]) + (cost[2] if len(cost) > 2 else 0)
     if kind == "tensor_tensor":
         _, n, fast = cost
         return max(MIN_II, n if fast else 2 * n)

@@ -56,6 +56,9 @@ class Run:
         self.shared: list[Allocation] = []  # shared_hbm allocations, reused by every program
         self.shared_index = 0
         self.rng = None  # nisa.dropout's generator (nl.random_seed), created on first use
+        # The engines' accumulation registers (nisa.reduce_cmd), per engine name: see isa.Accumulators.
+        # Reset (state unknown) at the start of every program of the grid.
+        self.accumulators: dict = {}
         # Direct allocation (allocation.py): physical memory per buffer kind, its per-dtype views.
         self.direct_memory: dict = {}
         self.direct_allocs: dict = {}

@@ -23,7 +23,7 @@ from ..runtime import PMAX, active, current
 from ..tensor import NkiTensor, box
 from . import constants
 from . import constants as _constants
-from .constants import dge_mode, dma_engine, matmul_perf_mode, oob_mode
+from .constants import dge_mode, dma_engine, matmul_perf_mode, oob_mode, reduce_cmd
 
 engine = types.SimpleNamespace(tensor="tensor", vector="vector", scalar="scalar", gpsimd="gpsimd",
                                dma="dma", unknown=None)
@@ -215,6 +215,12 @@ def _scalar_operand(value, instr, role, partitions, eng):
     if isinstance(value, (int, float, np.number, bool)):
         return np.float32(value), None
     raise NKIError(instr, f"{role} must be a number or a [P, 1] tensor, got {type(value).__name__}")
+
+
+def _issued() -> bool:
+    """False when the active mask excludes every element: the instruction is not issued."""
+    run = active()
+    return run is None or run.mask is None or bool(run.mask.any())
 
 
 def _record(op, eng, writes, reads, cost, **kw):
@@ -473,8 +479,12 @@ def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, rev
 
 
 def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False,
-                         engine=None, name=None):
-    """dst = (data <op0> operand0) <op1> operand1, operand0 a number or [P, 1], operand1 a tensor."""
+                         engine=None, reduce_cmd=None, reduce_op=None, reduce_res=None, name=None):
+    """dst = (data <op0> operand0) <op1> operand1, operand0 a number or [P, 1], operand1 a tensor.
+
+    With `reduce_op` or `reduce_res` (AWS, Neuron SDK 2.33) it also reduces dst along the free
+    axes through the Vector Engine's accumulation registers, as tensor_scalar_reduce does
+    (`reduce_cmd` default reset_reduce; reduce_res, [P, 1], receives the registers)."""
     instr = "nisa.scalar_tensor_tensor"
     dst, data = _tensor(dst, instr, "dst"), _tensor(data, instr, "data")
     other = _tensor(operand1, instr, "operand1")
@@ -485,15 +495,83 @@ def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False
                        "copy one of them to SBUF first (nisa.tensor_copy)")
     _same_layout(instr, dst, data)
     _same_layout(instr, dst, other, "operand1")
+    reducing = (reduce_op is not None and reduce_op is not Ellipsis) or reduce_res is not None
+    if reducing and eng != "vector":
+        raise NKIError(instr, "the reduction (reduce_op / reduce_res) runs on the Vector Engine's accumulation "
+                       f"registers, not on the {_ENGINE_NAMES[eng]}", "leave engine= unset or use nisa.vector_engine")
+    rtoken = _register_op(instr, None if reduce_op is Ellipsis else reduce_op) if reducing else None
+    cmd = _command(reduce_cmd, instr, ("reset", "reduce", "reset_reduce"), "reset_reduce") if reducing else None
+    res = _reduce_operand(instr, reduce_res, data.partitions, "vector") if reduce_res is not None else None
     value, tensor = _scalar_operand(operand0, instr, "operand0", data.partitions, eng)
     t0, t1 = _ops.resolve(op0, instr, 2), _ops.resolve(op1, instr, 2)
     x = _f32_2d(data)
     x = t0.fn(value, x) if reverse0 else t0.fn(x, value)
     y = _f32_2d(other)
     _write(dst, t1.fn(y, x) if reverse1 else t1.fn(x, y))
+    writes = [dst]
+    if reducing:
+        lanes = _lanes(data)
+        _accumulate(instr, "vector", cmd, lanes, rtoken, _partial_reduce(dst, rtoken) if cmd != "reset" else None)
+        if res is not None:
+            _write(res, _read_registers(instr, "vector", lanes))
+            writes.append(res)
     reads = [data, other] + ([tensor] if tensor is not None else [])
-    _record(instr, eng, [dst], reads, ("tensor_tensor", dst.free_size, "psum" in (data.buffer.kind,
-                                                                                  other.buffer.kind)))
+    _record(instr, eng, writes, reads, ("tensor_tensor", dst.free_size, "psum" in (data.buffer.kind,
+                                                                                   other.buffer.kind)))
+
+
+def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=None, name=None):
+    """A running reduction along the free axis on the Vector Engine, through its accumulation
+    registers (AWS's pseudo code): per partition, `reg` starts as op1's identity (reset_reduce,
+    the default; 0 for add and subtract), its current value (reduce) or `imm1` (load_reduce), then
+    for each element i: reg = op1(src[i] <op0> imm0, reg); dst[i] = reg. The final reg stays in
+    the registers for later Vector Engine accumulation instructions."""
+    instr = "nisa.tensor_scalar_cumulative"
+    dst, src = _tensor(dst, instr, "dst"), _tensor(src, instr, "src")
+    _access(instr, "vector", reads=[("src", src)], writes=[("dst", dst)])
+    _same_layout(instr, dst, src, "src")
+    for role, t in (("src", src), ("dst", dst)):
+        if t.dtype in (_dt.int32, _dt.uint32):
+            raise NKIError(instr, f"{role} dtype {_dt.name(t.dtype)} is not supported (AWS: an ISA limitation)",
+                           "use a 16-bit integer or a float dtype")
+    t0 = _ops.resolve(op0, instr, 2)
+    t1 = _ops.resolve(op1, instr, 2)
+    if t1.name not in ("add", "subtract", "multiply", "maximum", "minimum"):
+        raise NKIError(instr, f"op1 {t1!r} cannot accumulate", "use nl.add, nl.subtract, nl.multiply, nl.maximum "
+                       "or nl.minimum")
+    cmd = _command(reduce_cmd, instr, ("reduce", "reset_reduce", "load_reduce"), "reset_reduce")
+    if (imm1 is not None) != (cmd == "load_reduce"):
+        raise NKIError(instr, f"imm1 is the value reduce_cmd=load_reduce loads into the registers; got imm1={imm1!r} "
+                       f"with reduce_cmd={cmd}", "pass both reduce_cmd=nisa.reduce_cmd.load_reduce and imm1, or neither")
+    reads = [src]
+    value, tensor = _scalar_operand(imm0, instr, "imm0", src.partitions, "vector")
+    reads += [tensor] if tensor is not None else []
+    lanes = _lanes(src)
+    regs = _registers(instr, "vector")
+    if cmd == "reset_reduce":
+        reg = np.full(src.partitions, 0.0 if t1.name == "subtract" else _REGISTER_IDENTITY[t1.name], np.float32)
+    elif cmd == "load_reduce":
+        init, init_tensor = _scalar_operand(imm1, instr, "imm1", src.partitions, "vector")
+        reads += [init_tensor] if init_tensor is not None else []
+        reg = np.broadcast_to(np.float32(init) if init_tensor is None else init[:, 0], (src.partitions,)).copy()
+    else:
+        if _issued() and not regs.known[lanes].all():
+            raise NKIError(instr, f"reduce_cmd=reduce continues the Vector Engine's accumulation registers of "
+                           f"partitions {lanes.start}..{lanes.stop - 1}, but no instruction of this program has set "
+                           "them (their state is unknown)", "start with reduce_cmd=nisa.reduce_cmd.reset_reduce")
+        reg = regs.values[lanes].copy()
+    x = t0.fn(_f32_2d(src), value)
+    keep = _input_keep(src)
+    out = np.empty_like(x)
+    for i in range(x.shape[1]):  # a recurrence: one NumPy step per column, all partitions at once
+        step = t1.fn(x[:, i], reg)
+        reg = step if keep is None else np.where(keep[:, i], step, reg)  # masked elements are not read
+        out[:, i] = reg
+    _write(dst, out)
+    if _issued():
+        regs.values[lanes] = reg
+        regs.known[lanes] = True
+    _record(instr, "vector", [dst], reads, ("elementwise", dst.free_size))
 
 
 # What a masked-out element counts as in a reduction (it is not read).
@@ -537,15 +615,129 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
     _record(instr, "vector", [dst], [data], ("reduce", data.free_size))
 
 
+# ---------------------------------------------------------------------------- accumulation registers
+class Accumulators:
+    """One engine's accumulation registers (AWS: `reduce_regs`, one 32-bit register per compute
+    lane, 128 in all): a float32 value per partition lane, and whether this program has set it.
+    They persist across instructions of the engine (`nisa.reduce_cmd`); they live in the launch's
+    `Run` (`run.accumulators[engine]`) and start unknown in every program of the grid."""
+
+    def __init__(self):
+        self.values = np.zeros(PMAX, np.float32)
+        self.known = np.zeros(PMAX, bool)
+
+
+# The reductions the registers accumulate with, and what `reset` sets them to (AWS: the
+# reduction's identity; 0 for add, as activation's reset documents).
+_REGISTER_OPS = ("add", "multiply", "maximum", "minimum")
+_REGISTER_IDENTITY = {"add": 0.0, "multiply": 1.0, "maximum": -np.inf, "minimum": np.inf}
+_COMMANDS = ("idle", "reset", "reduce", "reset_reduce", "load_reduce")
+
+
+def _command(value, instr, allowed, default) -> str:
+    """A `reduce_cmd=` argument as its member name (None: `default`), refused if the engine does
+    not document it."""
+    if value is None:
+        return default
+    name = value.name if isinstance(value, reduce_cmd) else getattr(value, "name", value)
+    if name not in _COMMANDS:
+        raise NKIError(instr, f"reduce_cmd {value!r} is not a nisa.reduce_cmd member",
+                       f"use one of nisa.reduce_cmd.{', nisa.reduce_cmd.'.join(_COMMANDS)}")
+    if name not in allowed:
+        raise NKIError(instr, f"reduce_cmd={name} is not supported by this instruction",
+                       f"use one of nisa.reduce_cmd.{', nisa.reduce_cmd.'.join(allowed)}")
+    return name
+
+
+def _lanes(t: NkiTensor) -> slice:
+    """The register lanes an instruction on `t` uses: its partitions (as laid out in memory)."""
+    lo = box(t)[0] if t.partial is None and t.data.size else 0
+    return slice(lo, lo + t.partitions)
+
+
+def _registers(instr, eng) -> Accumulators:
+    run = current(instr)
+    regs = run.accumulators.get(eng)
+    if regs is None:
+        regs = run.accumulators[eng] = Accumulators()
+    return regs
+
+
+def _accumulate(instr, eng, cmd, lanes, rtoken, partial=None, init=None) -> None:
+    """Apply `cmd` to the engine's registers on `lanes`: reset (to rtoken's identity), load `init`,
+    then accumulate this instruction's per-partition reduction `partial` with rtoken."""
+    if not _issued():
+        return
+    regs = _registers(instr, eng)
+    values, known = regs.values[lanes], regs.known[lanes]
+    if cmd in ("reset", "reset_reduce"):
+        values[...] = _REGISTER_IDENTITY[rtoken.name] if rtoken is not None else 0.0
+        known[...] = True
+    elif cmd == "load_reduce":
+        values[...] = init
+        known[...] = True
+    if cmd in ("reduce", "reset_reduce", "load_reduce"):
+        if not known.all():
+            raise NKIError(instr, f"reduce_cmd={cmd} accumulates onto the {_ENGINE_NAMES[eng]}'s accumulation "
+                           f"registers of partitions {lanes.start}..{lanes.stop - 1}, but no instruction of this "
+                           "program has set them (their state is unknown)",
+                           "start the accumulation with reduce_cmd=nisa.reduce_cmd.reset_reduce (or reset / "
+                           "load_reduce)")
+        values[...] = rtoken.fn(values, partial.reshape(-1))
+
+
+def _read_registers(instr, eng, lanes) -> np.ndarray:
+    """The registers of `lanes` as a [P, 1] float32 array (what reduce_res receives)."""
+    regs = _registers(instr, eng)
+    if _issued() and not regs.known[lanes].all():
+        raise NKIError(instr, f"reduce_res reads the {_ENGINE_NAMES[eng]}'s accumulation registers of partitions "
+                       f"{lanes.start}..{lanes.stop - 1}, but no instruction of this program has set them (their "
+                       "state is unknown)", "pass reduce_cmd=nisa.reduce_cmd.reset_reduce to reduce this "
+                       "instruction's result into reduce_res")
+    return regs.values[lanes].reshape(-1, 1).copy()
+
+
+def _reduce_operand(instr, reduce_res, partitions, eng):
+    res = _tensor(reduce_res, instr, "reduce_res")
+    _access(instr, eng, writes=[("reduce_res", res)])
+    if res.partitions != partitions or res.free_size != 1:
+        raise NKIError(instr, f"reduce_res shape {res.shape} must be [{partitions}, 1]: one value per partition",
+                       "allocate it as nl.ndarray((P, 1), ...) or pass a [:, i:i+1] column")
+    return res
+
+
+def _register_op(instr, reduce_op, allowed=_REGISTER_OPS):
+    token = _ops.resolve(reduce_op if reduce_op is not None else _ops.BINARY["add"], instr, 2)
+    if token.name not in allowed:
+        raise NKIError(instr, f"reduce_op {token!r} cannot reduce into the accumulation registers",
+                       f"use one of {', '.join('nl.' + n for n in allowed)}")
+    return token
+
+
+def _partial_reduce(t: NkiTensor, token) -> np.ndarray:
+    """Per-partition reduction of t's values as written (after the cast to its dtype), masked-out
+    elements excluded: [P, 1] float32."""
+    written = _masked_input(t, _f32_2d(t), _IDENTITY.get(token.name, 0))
+    return token.reducer.reduce(written, axis=1, keepdims=True).astype(np.float32)
+
+
 def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=None,
                name=None):
     """dst = op(data * scale + bias) on the Scalar Engine; bias/scale are numbers or [P, 1] tensors.
-    With `reduce_res` ([P, 1]) it also reduces the result along the free axes (`reduce_op`, default add)."""
+
+    The Scalar Engine's accumulation registers (AWS's pseudo code): `reduce_cmd` reset /
+    reset_reduce sets them to 0 (the identity of `reduce_op`), reduce / reset_reduce accumulates
+    the free-axis reduction of the result (`reduce_op`, default add) onto them, idle (the
+    default) leaves them; `reduce_res` ([P, 1]) then receives the registers."""
     instr = "nisa.activation"
     dst, data = _tensor(dst, instr, "dst"), _tensor(data, instr, "data")
     token = _ops.resolve(op, instr, 1)
     _access(instr, "scalar", reads=[("data", data)], writes=[("dst", dst)])
     _same_layout(instr, dst, data)
+    cmd = _command(reduce_cmd, instr, ("idle", "reset", "reduce", "reset_reduce"), "idle")
+    rtoken = _register_op(instr, reduce_op, ("add", "maximum", "minimum")) if (
+        reduce_op is not None or cmd != "idle" or reduce_res is not None) else None
+    res = _reduce_operand(instr, reduce_res, data.partitions, "scalar") if reduce_res is not None else None
     reads = [data]
     x = _f32_2d(data)
     s, st = _scalar_operand(scale, instr, "scale", data.partitions, "scalar")
@@ -559,23 +751,79 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
     y = token.fn(x)
     _write(dst, y)
     writes = [dst]
-    if reduce_res is not None:
-        res = _tensor(reduce_res, instr, "reduce_res")
-        _access(instr, "scalar", writes=[("reduce_res", res)])
-        if res.partitions != data.partitions or res.free_size != 1:
-            raise NKIError(instr, f"reduce_res shape {res.shape} must be [{data.partitions}, 1]")
-        rtoken = _ops.resolve(reduce_op if reduce_op is not None else _ops.BINARY["add"], instr, 2)
-        if rtoken.reducer is None:
-            raise NKIError(instr, f"operator {rtoken!r} cannot reduce")
-        # The reduction sees the values as written (after the cast to dst's dtype), masked ones excluded.
-        written = _masked_input(dst, _f32_2d(dst), _IDENTITY.get(rtoken.name, 0))
-        _write(res, rtoken.reducer.reduce(written, axis=1, keepdims=True))
+    lanes = _lanes(data)
+    if cmd != "idle":
+        partial = _partial_reduce(dst, rtoken) if cmd != "reset" else None
+        _accumulate(instr, "scalar", cmd, lanes, rtoken, partial)
+    if res is not None:
+        _write(res, _read_registers(instr, "scalar", lanes))
         writes.append(res)
     _record(instr, "scalar", writes, reads, ("elementwise", dst.free_size))
 
 
 def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None):
-    activation(dst, op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res)
+    """nisa.activation with reduce_cmd=reset_reduce (AWS: kept for backward compatibility)."""
+    activation(dst, op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res,
+               reduce_cmd=reduce_cmd.reset_reduce)
+
+
+def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, reverse0=False, reduce_cmd=None,
+                         reduce_init=None, reduce_res_negate=False, name=None):
+    """dst = data <op0> operand0 (a number or a [P, 1] tensor; `reverse0` swaps the operands) on
+    the Vector Engine, and the free-axis reduction of dst (`reduce_op`: add, multiply, maximum,
+    minimum) into `reduce_res` ([P, 1]).
+
+    `reduce_cmd` drives the Vector Engine's accumulation registers: reset_reduce (the default)
+    resets them to the reduction's identity and reduces into them, reduce accumulates onto them,
+    load_reduce loads `reduce_init` (a number or [P, 1]) first, reset only resets; reduce_res then
+    receives the registers (negated with `reduce_res_negate`). idle leaves the registers out:
+    reduce_res receives this instruction's reduction, and the registers' state becomes unknown
+    (AWS: an idle instruction may still modify them)."""
+    instr = "nisa.tensor_scalar_reduce"
+    dst, data = _tensor(dst, instr, "dst"), _tensor(data, instr, "data")
+    _access(instr, "vector", reads=[("data", data)], writes=[("dst", dst)])
+    _same_layout(instr, dst, data)
+    if data.ndim > 4 or dst.ndim > 4:
+        raise NKIError(instr, f"data {data.shape} / dst {dst.shape} have more than three free dimensions",
+                       "reshape the tiles to at most [P, a, b, c]")
+    token = _ops.resolve(op0, instr, 2)
+    rtoken = _register_op(instr, reduce_op)
+    cmd = _command(reduce_cmd, instr, _COMMANDS, "reset_reduce")
+    res = _reduce_operand(instr, reduce_res, data.partitions, "vector") if reduce_res is not None else None
+    if cmd == "idle" and res is None:
+        raise NKIError(instr, "reduce_cmd=idle keeps no reduction in the registers, and reduce_res is None, "
+                       "so the reduction would be lost", "pass reduce_res, or reduce_cmd=reset_reduce / reduce "
+                       "to keep the result in the accumulation registers")
+    if (reduce_init is not None) != (cmd == "load_reduce"):
+        raise NKIError(instr, "reduce_init is the value reduce_cmd=load_reduce loads into the registers; "
+                       f"got reduce_init={reduce_init!r} with reduce_cmd={cmd}",
+                       "pass both reduce_cmd=nisa.reduce_cmd.load_reduce and reduce_init, or neither")
+    reads = [data]
+    value, tensor = _scalar_operand(operand0, instr, "operand0", data.partitions, "vector")
+    if tensor is not None:
+        reads.append(tensor)
+    init = None
+    if reduce_init is not None:
+        init, init_tensor = _scalar_operand(reduce_init, instr, "reduce_init", data.partitions, "vector")
+        init = np.broadcast_to(init, (data.partitions, 1)).reshape(-1)
+        if init_tensor is not None:
+            reads.append(init_tensor)
+    x = _f32_2d(data)
+    _write(dst, token.fn(value, x) if reverse0 else token.fn(x, value))
+    writes = [dst]
+    lanes = _lanes(data)
+    partial = _partial_reduce(dst, rtoken) if cmd != "reset" else None
+    if cmd == "idle":
+        out = partial
+        if _issued():
+            _registers(instr, "vector").known[lanes] = False
+    else:
+        _accumulate(instr, "vector", cmd, lanes, rtoken, partial, init)
+        out = _read_registers(instr, "vector", lanes) if res is not None else None
+    if res is not None:
+        _write(res, -out if reduce_res_negate else out)
+        writes.append(res)
+    _record(instr, "vector", writes, reads, ("elementwise", dst.free_size, MIN_II))
 
 
 def reciprocal(dst, data, name=None):
@@ -710,7 +958,7 @@ def bn_aggr(dst, data, name=None):
 
 
 _MASKED = ("dma_copy", "tensor_copy", "memset", "nc_matmul", "nc_transpose", "tensor_tensor", "tensor_tensor_scan",
-           "tensor_scalar",
+           "tensor_scalar", "tensor_scalar_reduce", "tensor_scalar_cumulative",
            "scalar_tensor_tensor", "tensor_reduce", "activation", "activation_reduce", "reciprocal", "iota",
            "affine_select", "bn_stats", "bn_aggr", "dropout")
 from . import value_forms as _value_forms  # noqa: E402 - the older forms call the instructions above

@@ -5,7 +5,8 @@ The simulator accepts them where AWS's instructions take them and does not act o
 descriptor generation (`dge_mode`) and engine (`dma_engine`) change how the hardware issues it, not
 what it copies, and `matmul_perf_mode` how fast the Tensor Engine runs a matmul, not its result.
 `oob_mode.skip` makes nisa.dma_copy leave out the elements whose address is out of bounds (an
-error otherwise).
+error otherwise). `reduce_cmd` is acted on: it drives the engines' accumulation registers
+(`nisa.activation`, `nisa.tensor_scalar_reduce`).
 """
 
 from __future__ import annotations
@@ -45,4 +46,15 @@ class dma_engine(enum.Enum):  # noqa: N801
     gpsimd_dma = 1
 
 
-__all__ = ["dge_mode", "oob_mode", "matmul_perf_mode", "dma_engine"]
+class reduce_cmd(enum.Enum):  # noqa: N801
+    """What an instruction does with its engine's accumulation registers (one float32 register per
+    partition lane; Scalar Engine: `activation`, Vector Engine: `tensor_scalar_reduce`)."""
+
+    idle = 0          # leave the registers alone
+    reset = 1         # reset them (to the reduction's identity: 0 for add) and accumulate nothing
+    reduce = 2        # accumulate this instruction's reduction onto their current values
+    reset_reduce = 3  # reset, then accumulate this instruction's reduction
+    load_reduce = 4   # load reduce_init into them, then accumulate this instruction's reduction
+
+
+__all__ = ["dge_mode", "oob_mode", "matmul_perf_mode", "dma_engine", "reduce_cmd"]

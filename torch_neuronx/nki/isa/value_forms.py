@@ -169,7 +169,20 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
 
 
 def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, dtype=None, name=None):
-    return activation(op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res, dtype=dtype)
+    return activation(op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res,
+                      reduce_cmd=_isa.reduce_cmd.reset_reduce, dtype=dtype)
+
+
+def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0=False, reduce_cmd=None,
+                         reduce_init=None, reduce_res_negate=False, dtype=None, name=None):
+    """data <op0> operand0 into a new SBUF tile (`dtype` or data's), its free-axis reduction into
+    reduce_res (AWS's older signature is keyword-only)."""
+    instr = "nisa.tensor_scalar_reduce"
+    data = _operand(data, instr, "data")
+    dst = _result(instr, data.shape, dtype or data.dtype)
+    _isa.tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res, reverse0=reverse0,
+                              reduce_cmd=reduce_cmd, reduce_init=reduce_init, reduce_res_negate=reduce_res_negate)
+    return dst
 
 
 def reciprocal(data, *, dtype=None, name=None):
@@ -239,5 +252,5 @@ def bn_aggr(data, *, dtype=None, name=None):
 
 OLDER = {fn.__name__: fn for fn in (
     nc_matmul, nc_transpose, tensor_copy, memset, tensor_tensor, tensor_tensor_scan, tensor_scalar,
-    scalar_tensor_tensor, tensor_reduce, activation, activation_reduce, reciprocal, dropout, iota, affine_select,
-    bn_stats, bn_aggr)}
+    tensor_scalar_reduce, scalar_tensor_tensor, tensor_reduce, activation, activation_reduce, reciprocal, dropout,
+    iota, affine_select, bn_stats, bn_aggr)}

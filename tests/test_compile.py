@@ -607,3 +607,22 @@ def test_host_read_runs_eagerly_with_fallback_execution(monkeypatch):
     with pytest.warns(UserWarning, match="running the inference graph eagerly"):
         got = torch.compile(_split_by_counts, backend="neuron", fullgraph=True)(x, counts)
     torch.testing.assert_close(got.cpu(), _split_by_counts(x, counts).cpu())
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int8, torch.uint8])
+def test_shift_operators_compile_as_bitwise_shifts(dtype):
+    """`x >> n` / `x << n` trace as __rshift__ / __lshift__ (no lowering of their
+    own): the backend decomposes them to bitwise_right/left_shift, arithmetic for
+    signed types, by a Python int, a 0-d tensor and a tensor of amounts."""
+
+    def shifts(x, amounts):
+        return x >> 3, x << 2, x >> amounts, x << amounts, x.__rshift__(torch.tensor(1, dtype=dtype))
+
+    low = -100 if dtype.is_signed else 0
+    x = torch.randint(low, 100, (4, 8), dtype=dtype)
+    amounts = torch.randint(0, 6, (4, 8), dtype=dtype)
+    compiled = torch.compile(shifts, backend="neuron", fullgraph=True)  # raises if a graph op has no lowering
+    got = compiled(x.to(DEVICE), amounts.to(DEVICE))
+    for result, expected in zip(got, shifts(x, amounts)):
+        assert result.dtype == expected.dtype
+        assert torch.equal(result.cpu(), expected)

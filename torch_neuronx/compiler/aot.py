@@ -27,7 +27,28 @@ def decomposition_table() -> dict:
     # SyncBatchNorm's kernels and linear_backward compile as their eager kernels' ATen ops;
     # SDPA's overrideable ops with dropout as their math formulas (their mask drawn on the host)
     return {**dict(core_aten_decompositions().items()), **float8.DECOMPOSITIONS,
-            **sync_batch_norm.DECOMPOSITIONS, **linear.DECOMPOSITIONS, **attention.DECOMPOSITIONS}
+            **sync_batch_norm.DECOMPOSITIONS, **linear.DECOMPOSITIONS, **attention.DECOMPOSITIONS,
+            **_SHIFT_DECOMPOSITIONS}
+
+
+def _shift(op):
+    def decomposed(x, other):
+        return op(x, other)
+
+    return decomposed
+
+
+# `x >> n` and `x << n` trace as __rshift__ / __lshift__, which Core ATen keeps;
+# they are bitwise_right_shift / bitwise_left_shift (the same kernel and type
+# promotion in PyTorch), which have lowerings. Eagerly they take the CPU fallback,
+# as on TorchNeuron, whose compiler decomposes them the same way.
+_aten = torch.ops.aten
+_SHIFT_DECOMPOSITIONS = {
+    _aten.__rshift__.Scalar: _shift(_aten.bitwise_right_shift.Tensor_Scalar),
+    _aten.__rshift__.Tensor: _shift(_aten.bitwise_right_shift.Tensor),
+    _aten.__lshift__.Scalar: _shift(_aten.bitwise_left_shift.Tensor_Scalar),
+    _aten.__lshift__.Tensor: _shift(_aten.bitwise_left_shift.Tensor),
+}
 
 
 class Decompositions(collections.abc.Mapping):

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_neuronx
-from torch_neuronx import cli, lowering
+from torch_neuronx import _torch_version, cli, lowering
 from torch_neuronx.compiler import NeuronCompileError, decomposition_table
 from torch_neuronx import op_support as support
 from torch_neuronx.ops import registry
@@ -62,7 +62,8 @@ def quiet():
 def test_supported_operators_page_is_up_to_date():
     page = support.PAGE
     assert page == ROOT / "docs" / "supported-operators.md"
-    assert page.read_text() == support.render_page(), (
+    # The page names the release it was written with; on the other supported one it must hold op for op.
+    assert support.page_is_current(page.read_text()), (
         f"docs/supported-operators.md is out of date: run `{support.REGENERATE}`")
 
 
@@ -82,6 +83,10 @@ def test_check_mode_of_the_generator(tmp_path, capsys):
     assert support.REGENERATE in capsys.readouterr().err
     assert support.main(["--write", "--output", str(stale)]) == 0
     assert stale.read_text() == support.render_page()
+    # written with another supported release: current while every op row is the same, not when one differs
+    page = support.render_page()
+    assert support.page_is_current(page.replace(f"(torch {torch.__version__})", "(torch 2.14.1+cu130)"))
+    assert not support.page_is_current(page.replace("| `add` |", "| `add_` |", 1))
 
 
 # ------------------------------------------------------------- ops add
@@ -182,7 +187,11 @@ def test_every_fallback_the_conformance_run_saw_is_classified_as_one():
     seen = [line.split("`")[1].removeprefix("aten::") for line in text.splitlines()
             if line.startswith("| `aten::")]
     assert len(seen) > 50
+    known = support.aten_overloads()
     for name in seen:
+        if support.base_name(name.split(".")[0]) not in known:  # an op the run's PyTorch (2.13) had and 2.14 removed (cholesky)
+            assert _torch_version.release(torch.__version__) != "2.13", name
+            continue
         base, overload = support.resolve(name)
         op = support.op_support(base)
         routes = {o.name: o.eager for o in op.overloads}

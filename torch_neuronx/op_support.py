@@ -35,6 +35,7 @@ import dataclasses
 import difflib
 import functools
 import pathlib
+import re
 import sys
 
 import torch
@@ -395,8 +396,9 @@ def _limitations(op: OpSupport) -> str:
     return "; ".join(notes)
 
 
-def render_page() -> str:
-    """docs/supported-operators.md, from the registry, the dispatcher and the lowering table."""
+def render_page(torch_version: str | None = None) -> str:
+    """docs/supported-operators.md, from the registry, the dispatcher and the lowering table;
+    its header names `torch_version` (default: the installed PyTorch's)."""
     ops = documented_ops()
     counts = {route: sum(op.eager == route for op in ops) for route in EAGER_ROUTES}
     compiled = {route: sum(op.compile == route for op in ops) for route in COMPILE_ROUTES}
@@ -409,7 +411,7 @@ def render_page() -> str:
         "`tests/test_ops_command.py` fails when it is out of date. `torch-neuronx ops NAME` answers for",
         "any ATen op (with its overloads), `torch-neuronx ops --all` lists them all.",
         "",
-        f"{len(ops)} ATen ops (torch {torch.__version__}): every op of the native set and every op with a "
+        f"{len(ops)} ATen ops (torch {torch_version or torch.__version__}): every op of the native set and every op with a "
         "lowering. Eager: " + ", ".join(f"{EAGER_CELL[r]} {counts[r]}" for r in EAGER_ROUTES if counts[r])
         + ". torch.compile: " + ", ".join(f"{COMPILE_CELL[r]} {compiled[r]}" for r in COMPILE_ROUTES
                                            if compiled[r]) + ".",
@@ -470,6 +472,17 @@ def _release_section() -> list[str]:
     return lines
 
 
+_GENERATED_WITH = re.compile(r"^\d+ ATen ops \(torch ([^)]+)\):", re.MULTILINE)
+
+
+def page_is_current(text: str) -> bool:
+    """Whether `text` is the page this installation renders, but for the PyTorch
+    release named in its header: the page is written with one supported release
+    (the pinned 2.13.0) and must hold, op for op, on the others."""
+    generated_with = _GENERATED_WITH.search(text)
+    return text == render_page(generated_with.group(1) if generated_with else None)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m torch_neuronx.op_support", description=__doc__.split("\n\n")[0])
     action = parser.add_mutually_exclusive_group(required=True)
@@ -482,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
         args.output.write_text(page)
         print(f"wrote {args.output} ({page.count(chr(10))} lines)")
         return 0
-    if args.output.exists() and args.output.read_text() == page:
+    if args.output.exists() and page_is_current(args.output.read_text()):
         return 0
     print(f"{args.output} is out of date: run {REGENERATE}", file=sys.stderr)
     return 1

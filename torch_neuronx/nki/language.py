@@ -18,6 +18,7 @@ from . import isa as _isa
 from . import elementwise as _ops
 from .dtypes import (bfloat16, bool_, dtype, float8_e4m3, float8_e4m3fn, float8_e5m2, float16, float32, int8,
                      int16, int32, tfloat32, uint8, uint16, uint32)
+from .dtypes import float4_e2m1fn_x4, float8_e4m3fn_x4, float8_e5m2_x4, float8_e8m0fnu  # MX (trn3)
 from . import allocation as _allocation
 from . import dtypes as _dt
 from .errors import NKIError
@@ -403,6 +404,7 @@ __all__ = [
     "arange", "mgrid",
     "int8", "int16", "int32", "uint8", "uint16", "uint32", "float8_e4m3", "float8_e4m3fn", "float8_e5m2",
     "float16", "bfloat16", "tfloat32", "float32", "bool_",
+    "float8_e4m3fn_x4", "float8_e5m2_x4", "float4_e2m1fn_x4", "float8_e8m0fnu",
     "ndarray", "zeros", "ones", "full", "zeros_like", "ndarray_like",
     "program_id", "num_programs", "program_ndim", "affine_range", "sequential_range", "static_range",
     "load", "store", "copy", "matmul", "transpose", "random_seed", "dropout", "sum", "max", "min", "prod", "mean",

@@ -433,3 +433,27 @@ def test_packed_data_is_not_read_as_numbers_or_converted():
 
     with pytest.raises(nki.NKIError, match="bit for bit"):
         convert()
+
+
+def test_host_arrays_of_packed_types_keep_their_type_through_a_kernel():
+    """nl.static_cast(values, x4) packs four values per element on the host (as AWS's tests prepare
+    MX weights); the kernel sees an HBM tensor of that type, and a returned one is tagged with it."""
+    vals = RNG.uniform(-6, 6, (32, 64)).astype(np.float32).astype(ml_dtypes.float4_e2m1fn).astype(np.float32)
+    packed = nl.static_cast(vals, nl.float4_e2m1fn_x4)
+    assert packed.shape == (32, 16) and packed.dtype == np.uint16
+    np.testing.assert_array_equal(packed, ref_pack(vals, nl.float4_e2m1fn_x4))
+
+    @nki.jit
+    def k(w):
+        assert w.dtype is nl.float4_e2m1fn_x4 and w.shape == (32, 16)
+        t = nl.ndarray(w.shape, w.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=w)
+        out = nl.ndarray(w.shape, w.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    out = k(packed)
+    assert nki.dtypes.normalize(out.dtype) is nl.float4_e2m1fn_x4
+    np.testing.assert_array_equal(ref_unpack(out, nl.float4_e2m1fn_x4), vals)
+    with pytest.raises(nki.NKIError, match="multiple of 4"):
+        nl.static_cast(np.zeros((4, 6), np.float32), nl.float8_e4m3fn_x4)

@@ -59,7 +59,7 @@ class PackedX4:
     containers'. Instructions other than quantize_mx / nc_matmul_mx move the containers bit for bit
     (dma_copy, tensor_copy between packed tiles) and refuse to read them as numbers."""
 
-    __slots__ = ("name", "element", "storage", "bits", "itemsize", "max")
+    __slots__ = ("name", "element", "storage", "bits", "itemsize", "max", "host")
 
     def __init__(self, name, element, storage, bits):
         self.name = name
@@ -68,6 +68,10 @@ class PackedX4:
         self.bits = bits
         self.itemsize = self.storage.itemsize
         self.max = float(ml_dtypes.finfo(self.element).max)
+        # Host arrays of this type: the containers' unsigned integers, the dtype tagged with the NKI
+        # name (NumPy dtype metadata), so that a kernel argument keeps its packed type and a returned
+        # packed tensor says what it holds. nl.static_cast(values, nl.float8_e4m3fn_x4) makes one.
+        self.host = np.dtype(self.storage, metadata={"nki_dtype": name})
 
     def __repr__(self):
         return f"nl.{self.name}"
@@ -137,6 +141,8 @@ def normalize(dtype, instruction: str = "dtype"):
         d = np.dtype(dtype)
     except TypeError:
         raise NKIError(instruction, f"unsupported dtype {dtype!r}", f"use one of {sorted(ALL)}") from None
+    if d.metadata and d.metadata.get("nki_dtype") in ALL:  # a host array of a packed MX type
+        return ALL[d.metadata["nki_dtype"]]
     if d not in ALL.values():
         raise NKIError(instruction, f"unsupported dtype {d}", f"use one of {sorted(ALL)}")
     return d

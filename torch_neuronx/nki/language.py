@@ -62,6 +62,11 @@ def static_cast(x, dtype):
         raise NKIError("nl.static_cast", "casts a host NumPy array, not a kernel tile",
                        "cast a tile with nl.copy(x, dtype=...) or nisa.tensor_copy into a tile of that dtype")
     x = np.asarray(x)
+    if _dt.is_packed(d):  # four values per container along the last axis: [..., 4F] -> [..., F]
+        if not x.ndim or x.shape[-1] % 4:
+            raise NKIError("nl.static_cast", f"packing into {_dt.name(d)} takes a last axis that is a multiple of "
+                           f"4, got shape {x.shape}", "group four values per packed element on the last axis")
+        return d.pack(x.astype(np.float32)).view(d.host)
     if _dt.is_float(d) and d is not tfloat32:
         return x.astype(d)
     out = np.empty(x.shape, _dt.storage_dtype(d))

@@ -398,12 +398,17 @@ def test_nc_matmul_mx_accepts_row_tiles():
     _mm(k=64, tile_size=(64, 128), tile_position=(64, 0))
 
 
+def test_nc_matmul_mx_bfloat16_results_fill_one_bank_of_1024():
+    _mm(n=1024, dst_dtype=nl.bfloat16)
+
+
 @pytest.mark.parametrize("kwargs,match", [
     (dict(target="trn2"), "NeuronCore-v4"),
     (dict(st_dtype=nl.bfloat16), "stationary dtype bfloat16.*packed types"),
     (dict(k=16), "16 partitions"),
     (dict(m=129), "gemm_stationary_fmax"),
-    (dict(n=513), "psum_fmax|gemm_moving_fmax"),
+    (dict(n=513), "exceeds one PSUM bank of float32 results \\(512"),
+    (dict(n=1025, dst_dtype=nl.bfloat16), "bfloat16 results \\(1024"),
     (dict(dst_dtype=nl.float16), "float32 or bfloat16"),
     (dict(tile_size=(64, 64)), "tiles PE rows only"),
     (dict(k=128, tile_size=(64, 128)), "more than the row tile size"),
@@ -457,3 +462,11 @@ def test_host_arrays_of_packed_types_keep_their_type_through_a_kernel():
     np.testing.assert_array_equal(ref_unpack(out, nl.float4_e2m1fn_x4), vals)
     with pytest.raises(nki.NKIError, match="multiple of 4"):
         nl.static_cast(np.zeros((4, 6), np.float32), nl.float8_e4m3fn_x4)
+
+
+def test_static_cast_unpacks_a_packed_host_array():
+    vals = RNG.uniform(-448, 448, (8, 16)).astype(np.float32).astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    packed = nl.static_cast(vals, nl.float8_e4m3fn_x4)
+    assert packed.shape == (8, 4)
+    np.testing.assert_array_equal(nl.static_cast(packed, np.float32), vals)
+    np.testing.assert_array_equal(nl.static_cast(packed, nl.bfloat16), vals.astype(ml_dtypes.bfloat16))

@@ -118,6 +118,13 @@ def is_packed(dtype) -> bool:
     return isinstance(dtype, PackedX4)
 
 
+def packed_host(array_dtype):
+    """The packed MX type a host array's (tagged) dtype holds, or None."""
+    meta = getattr(array_dtype, "metadata", None)
+    name = meta.get("nki_dtype") if meta else None
+    return next((d for d in PACKED if d.name == name), None)
+
+
 ALL = {d.name if d is not tfloat32 else "tfloat32": d for d in (
     int8, int16, int32, uint8, uint16, uint32, float16, float32, bfloat16, float8_e4m3, float8_e4m3fn,
     float8_e5m2, float8_e8m0fnu, tfloat32, bool_) + PACKED}

@@ -56,12 +56,19 @@ class NKIObject:
 def static_cast(x, dtype):
     """`nl.static_cast(array, dtype)`: a host-side NumPy array cast to an NKI dtype, as AWS's tests
     prepare inputs (float64 data to bfloat16 / fp8). Floats round to nearest even; integers round and
-    saturate, as an instruction's output cast does (`dtypes.cast_into`)."""
+    saturate, as an instruction's output cast does (`dtypes.cast_into`). A packed MX type packs four
+    values of the last axis per element ([..., 4F] -> [..., F], each value rounded to nearest even
+    into the element type); a packed host array cast to another type is unpacked first."""
     d = _dt.normalize(dtype, "nl.static_cast")
     if isinstance(x, NkiTensor):
         raise NKIError("nl.static_cast", "casts a host NumPy array, not a kernel tile",
                        "cast a tile with nl.copy(x, dtype=...) or nisa.tensor_copy into a tile of that dtype")
     x = np.asarray(x)
+    packed = _dt.packed_host(x.dtype)
+    if packed is not None:  # a packed MX host array: its values, [..., F] -> [..., 4F]
+        if d is packed:
+            return x
+        x = packed.unpack(x)
     if _dt.is_packed(d):  # four values per container along the last axis: [..., 4F] -> [..., F]
         if not x.ndim or x.shape[-1] % 4:
             raise NKIError("nl.static_cast", f"packing into {_dt.name(d)} takes a last axis that is a multiple of "

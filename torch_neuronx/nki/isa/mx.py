@@ -18,8 +18,8 @@ import numpy as np
 from .. import dtypes as _dt
 from ..errors import NKIError
 from ..runtime import PMAX, current
-from . import (MOVING_FMAX, STATIONARY_FMAX, _access, _check_psum_bank, _f32_2d, _matmul_write, _record, _store,
-               _tensor)
+from ..tensor import box
+from . import MOVING_FMAX, STATIONARY_FMAX, _access, _f32_2d, _matmul_write, _record, _store, _tensor
 
 GROUP_PARTITIONS = 8  # a scaling group: 8 partitions x 4 elements (one packed container)
 GROUP_ELEMENTS = 4
@@ -152,7 +152,8 @@ def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_p
                  accumulate=None, name=None):
     """dst[M, N] (PSUM, float32 or bfloat16) = sum over k < K and j < 4 of
     stationary[k, m][j] * s_scale * moving[k, n][j] * m_scale (Tensor Engine, NeuronCore-v4): MXFP8 /
-    MXFP4 tiles (`*_x4`, mixing allowed) [K, M <= 128] and [K, N <= 512], K a multiple of 32 (a
+    MXFP4 tiles (`*_x4`, mixing allowed) [K, M <= 128] and [K, N <= one PSUM bank of results: 512
+    float32, 1024 bfloat16], K a multiple of 32 (a
     contraction of 4K values), each with its E8M0 scales in the quadrant layout. Accumulation
     (`accumulate`) as nisa.nc_matmul. `tile_size` (row size 32, 64 or 128; column size 128) and
     `tile_position` place the instruction on the PE array (row tiling): checked, not simulated."""
@@ -177,16 +178,24 @@ def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_p
     if m > STATIONARY_FMAX:
         raise NKIError(instr, f"stationary free size {m} exceeds nl.tile_size.gemm_stationary_fmax "
                        f"({STATIONARY_FMAX})", "split M into tiles of at most 128")
-    if n > MOVING_FMAX:
-        raise NKIError(instr, f"moving free size {n} exceeds nl.tile_size.gemm_moving_fmax ({MOVING_FMAX})",
-                       "split N into tiles of at most 512")
+    # The moving free size is bounded by one PSUM bank of the result: 512 float32 (gemm_moving_fmax)
+    # or 1024 bfloat16 (AWS's nki-library MX projections tile N by 2 * psum_fmax for bf16 results).
+    bank = current(instr).target.psum_bank_bytes
+    n_max = bank // dst.itemsize if dst.dtype in (_dt.float32, _dt.bfloat16) else MOVING_FMAX
+    if n > n_max:
+        raise NKIError(instr, f"moving free size {n} exceeds one PSUM bank of {_dt.name(dst.dtype)} results "
+                       f"({n_max}; nl.tile_size.gemm_moving_fmax is {MOVING_FMAX} for float32)",
+                       f"split N into tiles of at most {n_max}")
     if dst.partitions != m or dst.free_size != n:
         raise NKIError(instr, f"dst shape {dst.shape} must be [M, N] = [{m}, {n}] for stationary {st.shape} "
                        f"and moving {mv.shape}")
     if dst.dtype not in (_dt.float32, _dt.bfloat16):
         raise NKIError(instr, f"dst dtype {_dt.name(dst.dtype)}: nc_matmul_mx writes float32 or bfloat16",
                        "allocate the PSUM tile with dtype=nl.float32 or nl.bfloat16")
-    _check_psum_bank(instr, dst)
+    _, _, lo, hi = box(dst)
+    if lo // bank != (hi - 1) // bank:
+        raise NKIError(instr, f"dst spans PSUM bytes {lo}..{hi} of each partition, crossing a {bank}-byte PSUM "
+                       "bank boundary", "write each matmul into one bank")
     _check_scale(instr, "stationary_scale", ss, k, m)
     _check_scale(instr, "moving_scale", ms, k, n)
     if tile_size:

@@ -470,3 +470,14 @@ def test_static_cast_unpacks_a_packed_host_array():
     assert packed.shape == (8, 4)
     np.testing.assert_array_equal(nl.static_cast(packed, np.float32), vals)
     np.testing.assert_array_equal(nl.static_cast(packed, nl.bfloat16), vals.astype(ml_dtypes.bfloat16))
+
+
+def test_quantize_mx_gives_a_nan_scale_to_a_group_with_inf_or_nan():
+    x = np.ones((32, 8), np.float32)
+    x[0, 0] = np.inf
+    x[9, 5] = np.nan
+    data, scales = quantize_kernel(x.astype(ml_dtypes.bfloat16), nl.float8_e5m2_x4)
+    assert scales[0, 0] == 255 and scales[1, 1] == 255  # OCP: the group's scale is NaN
+    assert scales[0, 1] == 127 - 15 + 1 and scales[2, 0] == 127 - 15 + 1  # the other groups are normal
+    vals = ref_unpack(data, nl.float8_e5m2_x4)
+    assert np.isinf(vals[0, 0]) and np.isnan(vals[9, 5]) and vals[0, 4] == 2.0 ** 14

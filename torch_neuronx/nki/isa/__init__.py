@@ -66,7 +66,8 @@ def _tensor(x, instr, role) -> NkiTensor:
 
 
 # Instructions that take packed MX (*_x4) operands: the MX ones, and copies of the containers.
-_PACKED_OK = {"nisa.dma_copy", "nisa.tensor_copy", "nisa.memset", "nisa.quantize_mx", "nisa.nc_matmul_mx"}
+_PACKED_OK = {"nisa.dma_copy", "nisa.tensor_copy", "nisa.memset", "nisa.quantize_mx", "nisa.nc_matmul_mx",
+              "nl.load", "nl.load_transpose2d", "nl.copy"}
 
 
 def _packed_copy(instr, dst, src):

@@ -34,24 +34,61 @@ def access_pattern(t, pattern, offset=0, scalar_offset=None, vector_offset=None,
     if vector_offset is not None:
         raise NKIError(_INSTR, "vector_offset (a per-partition indirect access) is not implemented in the "
                        "simulator", "gather with nisa.dma_copy over scalar_offset views, one per index")
-    if dtype is not None and _dt.normalize(dtype, _INSTR) != t.dtype:
-        raise NKIError(_INSTR, f"a dtype ({_dt.name(_dt.normalize(dtype, _INSTR))}) other than the "
-                       f"tensor's ({_dt.name(t.dtype)}) is not implemented", "omit dtype=")
+    # dtype=: the memory read as another dtype (AWS's MX tutorials view uint8/uint32 HBM data as the
+    # packed *_x4 types); steps, counts and offset then count elements of that dtype.
+    vdtype = t.dtype if dtype is None else _dt.normalize(dtype, _INSTR)
     pairs = _pairs(pattern)
     offset = int(offset) + _dynamic_offset(t, scalar_offset, indirect_dim)
     storage = t.alloc.storage
-    item = storage.itemsize
+    vstorage = _dt.storage_dtype(vdtype)
+    item = vstorage.itemsize
     shape = tuple(n for _, n in pairs)
     if t.buffer.on_chip:
-        strides, start = _on_chip_strides(t, pairs, offset)
+        strides, start = _on_chip_strides(t, pairs, offset, item)
     else:
         start = t.offset + offset * item
         strides = tuple(s * item for s, _ in pairs)
-        _check_span(t, start, shape, strides, storage.nbytes, "the tensor's memory")
-    # Allocations are C-contiguous, so the flat view shares their memory (reshape copies nothing).
-    flat = storage.reshape(-1)
-    view = np.lib.stride_tricks.as_strided(flat[start // item:], shape=shape, strides=strides)
-    return NkiTensor(t.alloc, view, start)
+        _check_span(t, start, shape, strides, storage.nbytes, "the tensor's memory", item)
+    if vstorage == storage.dtype:
+        # Allocations are C-contiguous, so the flat view shares their memory (reshape copies nothing).
+        base = storage.reshape(-1)[start // item:]
+    else:
+        base = np.ndarray(((storage.nbytes - start) // item,), vstorage, buffer=storage, offset=start)
+    view = np.lib.stride_tricks.as_strided(base, shape=shape, strides=strides)
+    return NkiTensor(t.alloc, view, start, dtype=_view_dtype(vdtype, t.alloc.dtype))
+
+
+def _view_dtype(vdtype, alloc_dtype):
+    """What a view records as its own dtype: None when it is the allocation's."""
+    same = vdtype is alloc_dtype or (isinstance(vdtype, np.dtype) and isinstance(alloc_dtype, np.dtype)
+                                     and vdtype == alloc_dtype)
+    return None if same else vdtype
+
+
+def reinterpret(t, dtype, what="view"):
+    """`t.view(dtype)`: t's bytes as `dtype`, the last axis scaled by the ratio of element sizes."""
+    from .tensor import NkiTensor
+
+    t._no_blocks(what)
+    vdtype = _dt.normalize(dtype, what)
+    vstorage = _dt.storage_dtype(vdtype)
+    data = t.data
+    if vstorage.itemsize != data.itemsize:
+        if t.partial is not None or data.ndim < (2 if t.buffer.on_chip else 1):
+            raise NKIError(what, f"a view of shape {t.shape} cannot change the element size "
+                           f"({data.itemsize} -> {vstorage.itemsize} bytes)",
+                           "view a tensor whose last axis is a free axis")
+        if data.strides[-1] != data.itemsize or (data.shape[-1] * data.itemsize) % vstorage.itemsize:
+            raise NKIError(what, f"the last axis ({data.shape[-1]} x {data.itemsize} bytes, stride "
+                           f"{data.strides[-1]}) is not contiguous or not a whole number of "
+                           f"{_dt.name(vdtype)} elements ({vstorage.itemsize} bytes)",
+                           "view a contiguous last axis whose byte size is a multiple of the new element's")
+    try:
+        new = data.view(vstorage)
+    except ValueError as exc:
+        raise NKIError(what, f"cannot view shape {t.shape} as {_dt.name(vdtype)} ({exc})") from None
+    return NkiTensor(t.alloc, new, t.offset, t.lead, t.partial,
+                     dtype=_view_dtype(vdtype, t.alloc.dtype))
 
 
 def _pairs(pattern):
@@ -81,11 +118,16 @@ def _dynamic_offset(t, scalar_offset, indirect_dim) -> int:
     return int(np.float32(value)) * math.prod(t.shape[indirect_dim + 1:])
 
 
-def _on_chip_strides(t, pairs, offset):
-    """Byte strides and start of an on-chip pattern. Steps and offset count elements of the tensor
-    flattened row-major (a partition is `free_size` elements), as nki-library's TensorView computes
-    them: the first step moves whole partitions, the others stay within a partition's row."""
-    item, free_size = t.alloc.storage.itemsize, t.free_size
+def _on_chip_strides(t, pairs, offset, item):
+    """Byte strides and start of an on-chip pattern. Steps and offset count elements (of `item`
+    bytes) of the tensor flattened row-major (a partition is `free_size` elements), as nki-library's
+    TensorView computes them: the first step moves whole partitions, the others stay within a
+    partition's row."""
+    row_bytes = t.free_size * t.data.itemsize
+    if row_bytes % item:
+        raise NKIError(_INSTR, f"a partition of the tensor ({t.free_size} x {t.data.itemsize} bytes) is not a "
+                       f"whole number of {item}-byte elements")
+    free_size = row_bytes // item
     row_step = t.data.strides[0] if t.ndim > 1 else t.alloc.rowbytes
     if t.ndim > 1 and not _row_contiguous(t):
         raise NKIError(_INSTR, f"the tensor's view {t.shape} is not contiguous within a partition",
@@ -116,10 +158,9 @@ def _row_contiguous(t):
     return True
 
 
-def _check_span(t, start, shape, strides, nbytes, what):
+def _check_span(t, start, shape, strides, nbytes, what, item):
     lo = start + sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
     hi = start + sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
-    if lo < 0 or hi + t.alloc.storage.itemsize > nbytes:
-        item = t.alloc.storage.itemsize
+    if lo < 0 or hi + item > nbytes:
         raise NKIError(_INSTR, f"the pattern reaches elements {lo // item}..{hi // item}, outside {what} "
                        f"({nbytes // item} elements)", "check the pattern's steps, counts and offset")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from .errors import NKIError
+
 # `nki.dtype` / `nl.dtype`: the type of the dtype objects below, as kernels annotate parameters
 # (`dtype: nki.dtype = nl.bfloat16`). Every NKI dtype here is a NumPy dtype, but tfloat32.
 dtype = np.dtype
@@ -28,6 +30,9 @@ float8_e4m3 = np.dtype(ml_dtypes.float8_e4m3)
 float8_e4m3fn = np.dtype(ml_dtypes.float8_e4m3fn)
 float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
 bool_ = np.dtype(np.bool_)
+# OCP MX scale type (E8M0: an exponent only, 2 ** (bits - 127); 0xFF is NaN), for nisa.quantize_mx's
+# dst_scale and nisa.nc_matmul_mx's scales (which also take uint8 holding the same bits).
+float8_e8m0fnu = np.dtype(ml_dtypes.float8_e8m0fnu)
 
 
 class TFloat32:
@@ -43,18 +48,95 @@ class TFloat32:
 
 tfloat32 = TFloat32()
 
+
+class PackedX4:
+    """An MX (microscaling) packed type: four `element` values in one container of `itemsize` bytes
+    (`storage`, an unsigned integer dtype holding the bits), element j in bits [j*b, (j+1)*b) with b
+    the element's bit width. AWS: "4x packed float8_e4m3fn elements, custom data type for
+    nki.isa.nc_matmul_mx on NeuronCore-v4"; the float8 ones are 32-bit, float4_e2m1fn_x4 is 16-bit.
+
+    A tile [P, F] of a packed type holds [P, 4F] values; its bytes (capacity, DMA sizes) are the
+    containers'. Instructions other than quantize_mx / nc_matmul_mx move the containers bit for bit
+    (dma_copy, tensor_copy between packed tiles) and refuse to read them as numbers."""
+
+    __slots__ = ("name", "element", "storage", "bits", "itemsize", "max", "host")
+
+    def __init__(self, name, element, storage, bits):
+        self.name = name
+        self.element = np.dtype(element)
+        self.storage = np.dtype(storage)
+        self.bits = bits
+        self.itemsize = self.storage.itemsize
+        self.max = float(ml_dtypes.finfo(self.element).max)
+        # Host arrays of this type: the containers' unsigned integers, the dtype tagged with the NKI
+        # name (NumPy dtype metadata), so that a kernel argument keeps its packed type and a returned
+        # packed tensor says what it holds. nl.static_cast(values, nl.float8_e4m3fn_x4) makes one.
+        self.host = np.dtype(self.storage, metadata={"nki_dtype": name})
+
+    def __repr__(self):
+        return f"nl.{self.name}"
+
+    def __str__(self):  # nki-library compares dtypes by str(dtype) == str(nl.float4_e2m1fn_x4)
+        return self.name
+
+    def __reduce__(self):
+        return (_packed, (self.name,))
+
+    def unpack(self, bits: np.ndarray) -> np.ndarray:
+        """float32 values [..., 4F] of containers [..., F]."""
+        bits = np.asarray(bits).view(self.storage)
+        mask = (1 << self.bits) - 1
+        codes = np.stack([(bits >> (j * self.bits)) & mask for j in range(4)], axis=-1).astype(np.uint8)
+        codes = codes.reshape(bits.shape[:-1] + (bits.shape[-1] * 4,)) if bits.ndim else codes
+        return codes.view(self.element).astype(np.float32)
+
+    def pack(self, values) -> np.ndarray:
+        """Containers [..., F] of float32 values [..., 4F], each rounded to nearest even into the
+        element type (values past its largest finite magnitude give what ml_dtypes gives)."""
+        values = np.asarray(values, dtype=np.float32)
+        codes = values.astype(self.element).view(np.uint8).astype(self.storage)
+        codes = codes.reshape(values.shape[:-1] + (values.shape[-1] // 4, 4))
+        if self.bits < 8:
+            codes &= (1 << self.bits) - 1
+        out = np.zeros(codes.shape[:-1], self.storage)
+        for j in range(4):
+            out |= codes[..., j] << self.storage.type(j * self.bits)
+        return out
+
+
+float8_e4m3fn_x4 = PackedX4("float8_e4m3fn_x4", ml_dtypes.float8_e4m3fn, np.uint32, 8)
+float8_e5m2_x4 = PackedX4("float8_e5m2_x4", ml_dtypes.float8_e5m2, np.uint32, 8)
+float4_e2m1fn_x4 = PackedX4("float4_e2m1fn_x4", ml_dtypes.float4_e2m1fn, np.uint16, 4)
+PACKED = (float8_e4m3fn_x4, float8_e5m2_x4, float4_e2m1fn_x4)
+
+
+def _packed(name):
+    return {d.name: d for d in PACKED}[name]
+
+
+def is_packed(dtype) -> bool:
+    return isinstance(dtype, PackedX4)
+
+
+def packed_host(array_dtype):
+    """The packed MX type a host array's (tagged) dtype holds, or None."""
+    meta = getattr(array_dtype, "metadata", None)
+    name = meta.get("nki_dtype") if meta else None
+    return next((d for d in PACKED if d.name == name), None)
+
+
 ALL = {d.name if d is not tfloat32 else "tfloat32": d for d in (
     int8, int16, int32, uint8, uint16, uint32, float16, float32, bfloat16, float8_e4m3, float8_e4m3fn,
-    float8_e5m2, tfloat32, bool_)}
+    float8_e5m2, float8_e8m0fnu, tfloat32, bool_) + PACKED}
 _TORCH_NAMES = {"bool": bool_}
 
 
 def normalize(dtype, instruction: str = "dtype"):
     """Canonical NKI dtype for a NumPy dtype/type, a name, a torch dtype or tfloat32."""
-    from .errors import NKIError
-
     if dtype is tfloat32 or isinstance(dtype, TFloat32):
         return tfloat32
+    if isinstance(dtype, PackedX4):
+        return dtype
     if isinstance(dtype, str) or type(dtype).__module__ == "torch":
         name = str(dtype).replace("torch.", "")
         if name in ALL:
@@ -66,13 +148,17 @@ def normalize(dtype, instruction: str = "dtype"):
         d = np.dtype(dtype)
     except TypeError:
         raise NKIError(instruction, f"unsupported dtype {dtype!r}", f"use one of {sorted(ALL)}") from None
+    if d.metadata and d.metadata.get("nki_dtype") in ALL:  # a host array of a packed MX type
+        return ALL[d.metadata["nki_dtype"]]
     if d not in ALL.values():
         raise NKIError(instruction, f"unsupported dtype {d}", f"use one of {sorted(ALL)}")
     return d
 
 
 def storage_dtype(dtype) -> np.dtype:
-    return float32 if dtype is tfloat32 else dtype
+    if dtype is tfloat32:
+        return float32
+    return dtype.storage if isinstance(dtype, PackedX4) else dtype
 
 
 _NAMES = {d: n for n, d in ALL.items()}
@@ -87,6 +173,8 @@ def name(dtype) -> str:
 
 
 def is_float(dtype) -> bool:
+    if isinstance(dtype, PackedX4):
+        return False  # containers of four values: not readable as one number
     return dtype is tfloat32 or dtype.kind in "fV" and dtype != bool_
 
 
@@ -95,7 +183,8 @@ def is_fp32_like(dtype) -> bool:
 
 
 def is_fp8(dtype) -> bool:
-    return dtype is not tfloat32 and dtype in (float8_e4m3, float8_e4m3fn, float8_e5m2)
+    return dtype is not tfloat32 and not isinstance(dtype, PackedX4) and dtype in (
+        float8_e4m3, float8_e4m3fn, float8_e5m2)
 
 
 def higher_precision(a, b):
@@ -115,7 +204,10 @@ def _precision(dtype):
 
 
 def poison_value(dtype):
-    """What a fresh buffer holds: NaN for floats, the most negative integer for integers."""
+    """What a fresh buffer holds: NaN for floats, the most negative integer for integers; packed MX
+    containers: all bits set (NaN elements in the float8 types, -6.0 in float4_e2m1fn, which has no NaN)."""
+    if isinstance(dtype, PackedX4):
+        return np.iinfo(dtype.storage).max
     if is_float(dtype):
         return np.nan
     if dtype == bool_:
@@ -136,6 +228,10 @@ def cast_into(dst: np.ndarray, values, dtype) -> None:
     """Write float32 `values` into the storage view `dst` with the cast the hardware does on output."""
     if dtype is tfloat32:
         dst[...] = _round_tf32(np.asarray(values, dtype=np.float32))
+    elif isinstance(dtype, PackedX4):
+        raise NKIError("cast", f"a value cannot be cast into the packed MX type {dtype.name}",
+                       "quantize into it with nisa.quantize_mx, or copy packed data bit for bit "
+                       "(nisa.dma_copy / nisa.tensor_copy between tiles of the same packed type)")
     elif dtype.kind in "iu":
         info = np.iinfo(dtype)
         # Integer outputs round to nearest and saturate instead of wrapping; NaN becomes 0. Clip in

@@ -186,6 +186,8 @@ def _convert_output(value, torch_device, torch_mode):
             raise NKIError("kernel return", f"the kernel returned a tensor in {value.buffer!r}",
                            "return HBM tensors: nl.ndarray(..., buffer=nl.shared_hbm) written with nl.store")
         arr = np.array(value.data, copy=True)
+        if _dt.is_packed(value.dtype):  # packed MX containers, tagged with their type (dtypes.PackedX4.host)
+            arr = arr.view(value.dtype.storage if torch_mode else value.dtype.host)
         return _numpy_to_torch(arr, torch_device) if torch_mode else arr
     return value
 

@@ -18,6 +18,7 @@ from . import isa as _isa
 from . import elementwise as _ops
 from .dtypes import (bfloat16, bool_, dtype, float8_e4m3, float8_e4m3fn, float8_e5m2, float16, float32, int8,
                      int16, int32, tfloat32, uint8, uint16, uint32)
+from .dtypes import float4_e2m1fn_x4, float8_e4m3fn_x4, float8_e5m2_x4, float8_e8m0fnu  # MX (trn3)
 from . import allocation as _allocation
 from . import dtypes as _dt
 from .errors import NKIError
@@ -55,12 +56,24 @@ class NKIObject:
 def static_cast(x, dtype):
     """`nl.static_cast(array, dtype)`: a host-side NumPy array cast to an NKI dtype, as AWS's tests
     prepare inputs (float64 data to bfloat16 / fp8). Floats round to nearest even; integers round and
-    saturate, as an instruction's output cast does (`dtypes.cast_into`)."""
+    saturate, as an instruction's output cast does (`dtypes.cast_into`). A packed MX type packs four
+    values of the last axis per element ([..., 4F] -> [..., F], each value rounded to nearest even
+    into the element type); a packed host array cast to another type is unpacked first."""
     d = _dt.normalize(dtype, "nl.static_cast")
     if isinstance(x, NkiTensor):
         raise NKIError("nl.static_cast", "casts a host NumPy array, not a kernel tile",
                        "cast a tile with nl.copy(x, dtype=...) or nisa.tensor_copy into a tile of that dtype")
     x = np.asarray(x)
+    packed = _dt.packed_host(x.dtype)
+    if packed is not None:  # a packed MX host array: its values, [..., F] -> [..., 4F]
+        if d is packed:
+            return x
+        x = packed.unpack(x)
+    if _dt.is_packed(d):  # four values per container along the last axis: [..., 4F] -> [..., F]
+        if not x.ndim or x.shape[-1] % 4:
+            raise NKIError("nl.static_cast", f"packing into {_dt.name(d)} takes a last axis that is a multiple of "
+                           f"4, got shape {x.shape}", "group four values per packed element on the last axis")
+        return d.pack(x.astype(np.float32)).view(d.host)
     if _dt.is_float(d) and d is not tfloat32:
         return x.astype(d)
     out = np.empty(x.shape, _dt.storage_dtype(d))
@@ -403,6 +416,7 @@ __all__ = [
     "arange", "mgrid",
     "int8", "int16", "int32", "uint8", "uint16", "uint32", "float8_e4m3", "float8_e4m3fn", "float8_e5m2",
     "float16", "bfloat16", "tfloat32", "float32", "bool_",
+    "float8_e4m3fn_x4", "float8_e5m2_x4", "float4_e2m1fn_x4", "float8_e8m0fnu",
     "ndarray", "zeros", "ones", "full", "zeros_like", "ndarray_like",
     "program_id", "num_programs", "program_ndim", "affine_range", "sequential_range", "static_range",
     "load", "store", "copy", "matmul", "transpose", "random_seed", "dropout", "sum", "max", "min", "prod", "mean",

@@ -26,7 +26,8 @@ class Target:
     dma_queues: int = 16
     dma_queue_bytes_per_ns: float = 23.0
     dma_setup_us: float = 1.3
-    fp8_matmul_speedup: float = 1.0  # TensorE rate of fp8 (and MX formats) relative to bf16
+    fp8_matmul_speedup: float = 1.0  # TensorE rate of fp8 relative to bf16
+    neuron_core: int = 3  # NeuronCore generation: trn2 has NeuronCore-v3, trn3 NeuronCore-v4 (MX types)
 
     @property
     def psum_banks(self) -> int:
@@ -39,6 +40,10 @@ class Target:
             return rate / 4
         if dtype_name.startswith("float8"):
             return rate * self.fp8_matmul_speedup
+        if dtype_name == "mx":
+            # nisa.nc_matmul_mx: each PE multiplies four MXFP8/MXFP4 pairs per cycle (the contraction
+            # is 4 x 128), "4x the throughput compared to a BF16/FP16 matmul" (AWS's Trainium3 guide).
+            return rate * 4
         return rate
 
 
@@ -50,7 +55,7 @@ TARGETS = {
     "trn3": Target("trn3", 256 * KIB, 16 * KIB, 2 * KIB,
                    {"tensor": 2.4, "vector": 1.2, "scalar": 1.2, "gpsimd": 1.2},
                    # docs/hardware-figures.md#chip-figures, trn3 chip: FP8 (MXFP8/MXFP4) 2517 TFLOPS / dense BF16 671 TFLOPS
-                   dma_queue_bytes_per_ns=33.0, fp8_matmul_speedup=2517 / 671),
+                   dma_queue_bytes_per_ns=33.0, fp8_matmul_speedup=2517 / 671, neuron_core=4),
 }
 
 ENV_VAR = config.platform_target.name  # NEURON_PLATFORM_TARGET_OVERRIDE

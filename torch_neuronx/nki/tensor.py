@@ -99,15 +99,17 @@ class NkiTensor:
     `lead`: block axes before the partition axis (block tensors, until indexed away).
     `partial`: an `indexing.PartialView` when an index expression leaves the tensor's bounds."""
 
-    __slots__ = ("alloc", "data", "offset", "lead", "partial", "__weakref__")
+    __slots__ = ("alloc", "data", "offset", "lead", "partial", "vdtype", "__weakref__")
     __array_priority__ = 1000  # so that `ndarray + tile` defers to the tile
 
-    def __init__(self, alloc: Allocation, data: np.ndarray, offset: int = 0, lead: int = 0, partial=None):
+    def __init__(self, alloc: Allocation, data: np.ndarray, offset: int = 0, lead: int = 0, partial=None,
+                 dtype=None):
         self.alloc = alloc
         self.data = data
         self.offset = offset
         self.lead = lead
         self.partial = partial
+        self.vdtype = dtype  # a reinterpreting view's dtype (.view(dtype), .ap(dtype=)); None: the allocation's
 
     # --- metadata
     @property
@@ -120,7 +122,7 @@ class NkiTensor:
 
     @property
     def dtype(self):
-        return self.alloc.dtype
+        return self.alloc.dtype if self.vdtype is None else self.vdtype
 
     @property
     def buffer(self) -> Buffer:
@@ -163,7 +165,7 @@ class NkiTensor:
                            "index the tensor once with all its index expressions")
         if any(isinstance(item, _ix.IndexExpr) for item in index):
             data, offset, partial = _ix.affine_view(self, index)
-            return NkiTensor(self.alloc, data, offset, partial=partial)
+            return NkiTensor(self.alloc, data, offset, partial=partial, dtype=self.vdtype)
         data = self.data
         shape, strides = data.shape, data.strides
         items = []
@@ -213,7 +215,7 @@ class NkiTensor:
                 raise NKIError("tensor indexing", f"unsupported index {item!r}",
                                "use ints, slices or nl.ds(start, size)")
             axis += 1
-        return NkiTensor(self.alloc, data[tuple(items)], offset, lead)
+        return NkiTensor(self.alloc, data[tuple(items)], offset, lead, dtype=self.vdtype)
 
     def __setitem__(self, index, value):
         """The older dialect's write: `t[i_p, i_f] = nl.load(...)`, `t[k] = expr` (see nl.assign)."""
@@ -251,7 +253,7 @@ class NkiTensor:
         if self.buffer.on_chip and view.shape[0] != self.shape[0]:
             raise NKIError("reshape", f"on-chip reshape must keep the partition dimension "
                            f"({self.shape[0]}), got {tuple(view.shape)}")
-        return NkiTensor(self.alloc, view, self.offset)
+        return NkiTensor(self.alloc, view, self.offset, dtype=self.vdtype)
 
     def permute(self, *dims) -> "NkiTensor":
         if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
@@ -262,7 +264,7 @@ class NkiTensor:
         if self.buffer.on_chip and dims[0] != 0:
             raise NKIError("permute", "an on-chip tensor cannot move its partition axis with a view",
                            "use nisa.nc_transpose (or a DMA through HBM) to transpose partitions")
-        return NkiTensor(self.alloc, self.data.transpose(dims), self.offset)
+        return NkiTensor(self.alloc, self.data.transpose(dims), self.offset, dtype=self.vdtype)
 
     def transpose(self, *dims) -> "NkiTensor":
         return self.permute(*(dims or reversed(range(self.ndim))))
@@ -286,7 +288,7 @@ class NkiTensor:
             raise NKIError("broadcast_to", f"cannot broadcast shape {self.shape} to {shape}"
                            + (" (an on-chip tile's first axis is its partition axis)" if self.buffer.on_chip
                               else "")) from None
-        return NkiTensor(self.alloc, view, self.offset)
+        return NkiTensor(self.alloc, view, self.offset, dtype=self.vdtype)
 
     def ap(self, pattern, offset=0, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
         """A hardware access pattern over this tensor's memory (see access_pattern.py)."""
@@ -296,7 +298,14 @@ class NkiTensor:
     def expand_dims(self, axis) -> "NkiTensor":
         shape = list(self.shape)
         shape.insert(axis if axis >= 0 else len(shape) + 1 + axis, 1)
-        return NkiTensor(self.alloc, self.data.reshape(shape), self.offset)
+        return NkiTensor(self.alloc, self.data.reshape(shape), self.offset, dtype=self.vdtype)
+
+    def view(self, dtype) -> "NkiTensor":
+        """The same bytes read as another dtype (a reinterpreting cast, no copy), as NumPy's
+        `ndarray.view`: the last axis scales by the ratio of the element sizes (a [P, 4F] uint8 tile
+        is a [P, F] float8_e4m3fn_x4 one). The last axis must be contiguous."""
+        from .access_pattern import reinterpret
+        return reinterpret(self, dtype, "view")
 
     # --- operators forward to the nl helpers (imported lazily: language imports this module)
     def _binary(self, other, name, reverse=False):

@@ -58,7 +58,25 @@ def _tensor(x, instr, role) -> NkiTensor:
     x._no_blocks(instr)
     if x.partial is not None:
         _ix.check_in_bounds(x, _active_mask(), instr, role)
+    if _dt.is_packed(x.dtype) and instr not in _PACKED_OK:
+        raise NKIError(instr, f"{role} has the packed MX type {_dt.name(x.dtype)} (four values per element), "
+                       "which only nisa.nc_matmul_mx reads as numbers",
+                       "multiply it with nisa.nc_matmul_mx; dma_copy / tensor_copy move it bit for bit")
     return x
+
+
+# Instructions that take packed MX (*_x4) operands: the MX ones, and copies of the containers.
+_PACKED_OK = {"nisa.dma_copy", "nisa.tensor_copy", "nisa.memset", "nisa.quantize_mx", "nisa.nc_matmul_mx",
+              "nl.load", "nl.load_transpose2d", "nl.copy"}
+
+
+def _packed_copy(instr, dst, src):
+    """A copy involving a packed MX type moves containers bit for bit: both sides the same type."""
+    if (_dt.is_packed(dst.dtype) or _dt.is_packed(src.dtype)) and dst.dtype is not src.dtype:
+        raise NKIError(instr, f"cannot convert {_dt.name(src.dtype)} to {_dt.name(dst.dtype)}: packed MX data "
+                       "is copied bit for bit, not converted",
+                       "view the source as the packed type first (.view(dtype) or .ap(..., dtype=)), or "
+                       "quantize with nisa.quantize_mx")
 
 
 # ---------------------------------------------------------------------------- masks
@@ -252,6 +270,7 @@ def dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, dge_mode=None, dma_engine
     if dst.buffer.on_chip and src.buffer.on_chip and dst.partitions != src.partitions:
         raise NKIError(instr, f"on-chip copy between different partition counts {src.shape} -> {dst.shape}")
     values = src.data if src.shape == dst.shape else src.data.reshape(dst.shape)
+    _packed_copy(instr, dst, src)
     if dst_rmw_op is not None:
         op = _ops.resolve(dst_rmw_op, instr, 2)
         _write(dst, op.fn(_f32(dst), values.astype(np.float32)))
@@ -286,6 +305,7 @@ def tensor_copy(dst, src, engine=None, name=None, dtype=None):
     eng = _engine(engine, "vector", ("vector", "scalar", "gpsimd"), instr)
     _access(instr, eng, reads=[("src", src)], writes=[("dst", dst)])
     _same_layout(instr, dst, src, "src")
+    _packed_copy(instr, dst, src)
     if dst.dtype == src.dtype and dst.dtype is not _dt.tfloat32 and dst.alloc.acc is None:
         _store(dst, src.data.reshape(dst.shape))
     else:
@@ -298,7 +318,10 @@ def memset(dst, value, engine=None, name=None):
     dst = _tensor(dst, instr, "dst")
     eng = _engine(engine, "vector", ("vector", "scalar", "gpsimd"), instr)
     _access(instr, eng, writes=[("dst", dst)])
-    _write(dst, np.full(dst.shape, value, dtype=np.float32))
+    if _dt.is_packed(dst.dtype):  # every packed element holds the value, rounded into the element type
+        _store(dst, dst.dtype.pack(np.full(dst.shape[:-1] + (4 * dst.shape[-1],), value, dtype=np.float32)))
+    else:
+        _write(dst, np.full(dst.shape, value, dtype=np.float32))
     _record(instr, eng, [dst], [], ("elementwise", dst.free_size))
 
 
@@ -969,3 +992,5 @@ for _name in _MASKED:
         _fn = _value_forms.both_forms(_fn, _value_forms.OLDER[_name], f"nisa.{_name}")
     globals()[_name] = accepts_mask(_fn, f"nisa.{_name}")
 del _name, _fn
+
+from .mx import nc_matmul_mx, quantize_mx  # noqa: E402,F401 - NeuronCore-v4 MX instructions (isa/mx.py)

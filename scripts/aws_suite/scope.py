@@ -11,7 +11,8 @@ functions (a test that patches `torch_neuronx.X` checks how AWS's modules call
 each other), and tests that *set*
 TORCH_NEURONX_MLIR_ATEN_OPS (they test the other lowering path). Whole folders
 out of scope: distributed (the issue), blocks (hardware timing), kernels,
-xla_builder and cache (AWS's compiler and its cache).
+xla_builder and cache (AWS's compiler and its cache), pytorch_tests (clones
+PyTorch from GitHub).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ EXCLUDED_FOLDERS = {
     "kernels": "AWS's XLA kernel and HLO internals",
     "xla_builder": "AWS's XLA builder",
     "cache": "AWS's compiler cache (neuronx-cc artifacts)",
+    "pytorch_tests": "PyTorch's own test files, cloned from GitHub at collection (no network here; "
+                     "this project runs PyTorch's OpInfo database itself: tests/conformance)",
 }
 
 MARKERS = [
@@ -41,6 +44,7 @@ MARKERS = [
     (r"patch\(\s*['\"]torch_neuronx\.", "mocks a torch_neuronx function (AWS's internal wiring)"),
     (r"\b_nrt_|\bmock_nrt|nrt_bindings", "AWS's NRT bindings"),
     (r"_parse_neuroncore_|profiling\.logger\b", "AWS's profiler internals"),
+    (r"_test_serialization_subcmul", "an op AWS's python_ops implements to fail on purpose (its fallback test)"),
     (r"setenv\(\s*['\"]TORCH_NEURONX_MLIR_ATEN_OPS|environ\[\s*['\"]TORCH_NEURONX_MLIR_ATEN_OPS['\"]\s*\]\s*=",
      "sets TORCH_NEURONX_MLIR_ATEN_OPS (the other lowering path)"),
 ]
@@ -137,6 +141,12 @@ def _class_setup(source, owner) -> list[str]:
     return texts
 
 
+def private_reason(text: str) -> str | None:
+    """The first marker of AWS's internals in `text` (a test's code, or the error
+    of a module that failed to import), None when there is none."""
+    return next((why for pattern, why in _MARKERS if pattern.search(text)), None)
+
+
 def classify(root: Path, relpath: str, cls: str | None, name: str) -> str | None:
     """None for a public test, else why it is private (or out of scope)."""
     parts = Path(relpath).parts
@@ -181,9 +191,9 @@ def classify(root: Path, relpath: str, cls: str | None, name: str) -> str | None
         pulled.update(new)
         text += "\n" + "\n".join(methods[name] if name in methods else _helper_source(root, path, *helpers[name])
                                   for name in new)
-    for pattern, why in _MARKERS:
-        if pattern.search(text):
-            return why
+    why = private_reason(text)
+    if why:
+        return why
     for used in private_names:
         if re.search(rf"\b{re.escape(used)}\b", text):
             return f"uses {used}, imported from an AWS-only module"

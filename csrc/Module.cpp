@@ -14,6 +14,7 @@
 #include <torch/csrc/profiler/combined_traceback.h>
 #include <torch/extension.h>
 
+#include <optional>
 #include <unordered_map>
 
 namespace torch_neuronx {
@@ -255,6 +256,24 @@ const char* pathName(tn::CallPath path) {
 // recorded as the alias kernel records its ops, path "direct": a context
 // manager around the kernel's body (the device calls the body makes are
 // nested, so not recorded). Arguments are matched to the op's schema.
+// `with _C._CaptureScope(device):` CPU allocations made on this thread come
+// from the device allocator (csrc/Allocator.h), so that results a Python kernel
+// computes on host aliases (ops/composites.py on_host_aliases) are device
+// memory, counted in its statistics and under its capacity, adopted without a copy.
+class PythonCaptureScope {
+ public:
+  explicit PythonCaptureScope(int device) : device_(static_cast<c10::DeviceIndex>(device)) {}
+  void enter() {
+    tn::installCaptureAllocator();
+    scope_.emplace(device_);
+  }
+  void exit() { scope_.reset(); }
+
+ private:
+  c10::DeviceIndex device_;
+  std::optional<tn::CaptureScope> scope_;
+};
+
 class PythonKernelCall {
  public:
   PythonKernelCall(const std::string& op, const std::string& overload, py::tuple args)
@@ -391,6 +410,12 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init<const std::string&, const std::string&, py::tuple>())
       .def("__enter__", [](PythonKernelCall& self) { self.enter(); })
       .def("__exit__", [](PythonKernelCall& self, py::args) { self.exit(); });
+  py::class_<PythonCaptureScope>(m, "_CaptureScope",
+                                 "with _CaptureScope(device): CPU allocations on this thread come from the "
+                                 "device allocator (results computed on host aliases are device memory)")
+      .def(py::init<int>())
+      .def("__enter__", [](PythonCaptureScope& self) { self.enter(); })
+      .def("__exit__", [](PythonCaptureScope& self, py::args) { self.exit(); });
   m.def("_audit_allocated", [](int device) {
     return tn::neuronAllocator().allocatedBytes(static_cast<c10::DeviceIndex>(device));
   }, "Bytes allocated on a core now (memory_allocated without building the whole stats dict).");

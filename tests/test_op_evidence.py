@@ -398,6 +398,24 @@ def test_linear_keeps_the_composite_for_tensor_subclasses(tracked):
     assert y.shape == (3, 5)
 
 
+@pytest.mark.parametrize("backward", ["linear", "rms_norm"])
+def test_gradients_computed_on_host_aliases_are_device_memory(backward):
+    """linear_backward and _fused_rms_norm_backward compute on host aliases: their
+    results must be allocated by the device allocator, so that memory_allocated()
+    counts them (and the core's capacity applies), as for every other kernel."""
+    weight = torch.randn(512, 512, device=DEVICE, requires_grad=True)
+    x = torch.randn(4, 512, device=DEVICE)
+    torch.neuron.synchronize()
+    before = torch.neuron.memory_allocated()
+    if backward == "linear":
+        _F.linear(x, weight).sum().backward()
+    else:
+        _F.rms_norm(weight, [512], x[0], 1e-5).sum().backward()
+    grown = torch.neuron.memory_allocated() - before
+    assert grown >= weight.numel() * 4, grown  # weight.grad, 1 MiB, lives on
+    assert torch.neuron.max_memory_allocated() >= before + grown
+
+
 def test_rms_norm_and_its_backward_are_one_kernel_each(tracked):
     executed = _grads_on_both(lambda x, w: _F.rms_norm(x, [6], w, 1e-5), torch.randn(4, 6), torch.randn(6))
     assert executed.get("aten::_fused_rms_norm") == 1, executed

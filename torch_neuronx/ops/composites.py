@@ -33,9 +33,12 @@ def on_host_aliases(fn, device: int, *args) -> tuple:
     the tensors it returns adopted on `device`. The device sees one kernel: fn's
     parts are CPU calls, not device calls of their own."""
     host = [_C._host_alias(a) if isinstance(a, torch.Tensor) else a for a in args]
-    with torch.no_grad():
-        results = fn(*host)
-    return tuple(None if r is None else _C._adopt_external(r.contiguous(), device) for r in results)
+    # Under the capture scope fn's results (and its temporaries) are allocated by the
+    # device allocator: counted in memory_allocated() and under the core's capacity,
+    # and adopted without a copy.
+    with torch.no_grad(), _C._CaptureScope(device):
+        results = tuple(None if r is None else r.contiguous() for r in fn(*host))
+    return tuple(None if r is None else _C._adopt_external(r, device) for r in results)
 
 
 def _fused_rms_norm_backward(grad_out, input, normalized_shape, rstd, weight, output_mask):

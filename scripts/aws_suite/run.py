@@ -53,8 +53,51 @@ SESSIONS = [("", ["-m", "not multi_device"], {"NEURON_RT_NUM_CORES": "1"}),
             ("-multi", ["-m", "multi_device"], {"TORCH_NEURONX_INSTANCE": "trn2.48xlarge", "NEURON_RT_NUM_CORES": "8"})]
 
 
+# Folders whose tests each get a process of their own: a model test holds host
+# memory for its CPU reference too, and one that outgrows the host must not take
+# the folder's other results with it.
+ISOLATED = {"huggingface"}
+
+
+def _pytest(python, work, targets, xml, log, env, args):
+    subprocess.run([python, "-m", "pytest", *targets, "-p", "plugin", "-p", "no:cacheprovider",
+                    "-o", "addopts=", "-o", "junit_family=xunit1", f"--junitxml={xml}", "-q", "--no-header",
+                    "-rN", "--continue-on-collection-errors", *args], cwd=work, env=env,
+                   stdout=open(log, "a"), stderr=subprocess.STDOUT)
+
+
+def _run_isolated(work, folder, out, python, extra, env) -> None:
+    """One pytest process per test; their junit files merged into <folder>.xml, a
+    test whose process died (killed for memory) recorded as an error."""
+    ids = subprocess.run([python, "-m", "pytest", f"tests/{folder}", "-p", "plugin", "--collect-only", "-q",
+                          "-o", "addopts=", *extra], cwd=work, env=env, capture_output=True, text=True).stdout
+    ids = [line for line in ids.splitlines() if "::" in line]
+    suite = ET.Element("testsuite")
+    for index, node_id in enumerate(ids):
+        part = out / f"{folder}.{index}.xml"
+        part.unlink(missing_ok=True)
+        _pytest(python, work, [node_id], part, out / f"{folder}.log", env, extra)
+        if part.exists():
+            suite.extend(ET.parse(part).getroot().iter("testcase"))
+            part.unlink()
+            continue
+        file, _, rest = node_id.partition("::")
+        cls, _, name = rest.rpartition("::")
+        module = file[:-3].replace("/", ".")
+        case = ET.SubElement(suite, "testcase", file=file, name=name,
+                             classname=f"{module}.{cls}" if cls else module)
+        ET.SubElement(case, "error", message="the test's process died (killed: out of host memory?)")
+    ET.ElementTree(ET.Element("testsuites")).getroot().append(suite)
+    ET.ElementTree(suite).write(out / f"{folder}.xml")
+
+
 def run_folder(work: Path, folder: str, out: Path, python: str, extra: list[str]) -> float:
     start = time.perf_counter()
+    if folder in ISOLATED:
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{HERE}{os.pathsep}{work}", NEURON_RT_NUM_CORES="1")
+        (out / f"{folder}.log").unlink(missing_ok=True)
+        _run_isolated(work, folder, out, python, extra, env)
+        return time.perf_counter() - start
     for suffix, selection, session_env in SESSIONS:
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{HERE}{os.pathsep}{work}", **session_env)
         subprocess.run([python, "-m", "pytest", f"tests/{folder}", "-p", "plugin", "-p", "no:cacheprovider",
@@ -102,6 +145,9 @@ def report(work: Path, out: Path, folders: list[str]) -> None:
             if classname.startswith(module + "."):
                 cls = classname[len(module) + 1:]
             why = scope.classify(work, file, cls, name)
+            if why is None and outcome in ("failure", "error") and folder in ISOLATED and (
+                    "process died" in message or "NEURON out of host memory" in message):
+                why = "too large for this machine's memory (the issue's exclusion)"
             if why is not None:
                 private[why] += 1
                 continue

@@ -331,3 +331,16 @@ def test_unknown_table_name_is_an_error_naming_the_available_tables(monkeypatch,
     monkeypatch.setenv("TORCH_NEURONX_METRICS_DIR", str(tmp_path))
     assert metrics.write_tables() == []  # no graph compiled: no file
     assert list(metrics.METRIC_TABLES) == list(config.METRIC_TABLE_NAMES)
+
+
+def test_warm_start_records_carry_the_build_times(tmp_path):
+    """A second process with the same disk cache loads AOTAutograd's results and the
+    executables: same graph ids and build times, no FX passes, names of its own compile."""
+    cold, _ = run_child(tmp_path)
+    warm, proc = run_child(tmp_path)
+    assert [r["graph_id"] for r in warm] == [r["graph_id"] for r in cold]
+    for before, after in zip(cold, warm):
+        assert (after["torch_neuronx_lower_us"], after["torch_neuronx_compile_us"]) == \
+            (before["torch_neuronx_lower_us"], before["torch_neuronx_compile_us"])
+        assert before["torch_neuronx_fx_passes_us"] > 0 and after["torch_neuronx_fx_passes_us"] == 0
+        assert NAME.fullmatch(after["graph_name"]) and after["model_name"] == before["model_name"]

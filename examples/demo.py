@@ -160,6 +160,10 @@ def compile_report(model, optimizer, generator, eval_tokens) -> None:
           f"{m['compile_seconds']:.2f} s; disk cache hits {m['cache_hits_disk']} executables / "
           f"{m['cache_hits_aot']} AOTAutograd results; graph breaks {m['graph_breaks']}; "
           f"recompiles {m['recompiles']}")
+    for record in m:  # one per compiled graph, as TorchNeuron's torch.neuron.get_dynamo_metrics()
+        print(f"  {record.graph_name}: {record.graph_node_count} nodes, FX passes "
+              f"{record.torch_neuronx_fx_passes_us / 1e3:.1f} ms, lowering {record.torch_neuronx_lower_us / 1e3:.1f} ms, "
+              f"XLA compile {record.torch_neuronx_compile_us / 1e3:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ COMPILE = textwrap.dedent("""
     import json, torch, torch_neuronx
     m = torch.compile(torch.nn.Linear(4, 4).to('neuron'), backend='neuron')
     m(torch.randn(2, 4, device='neuron'))
-    print(json.dumps(torch_neuronx.get_dynamo_metrics()))
+    print(json.dumps(dict(torch_neuronx.get_dynamo_metrics())))  # the counters (dict(m))
 """)
 LOGGER_STATE = ("import logging, torch; log = logging.getLogger('torch_neuronx'); "
                 "print(logging.getLevelName(log.level), [type(h).__name__ for h in log.handlers])")

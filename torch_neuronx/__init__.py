@@ -10,7 +10,7 @@ NEURON_RT_NUM_CORES). The steps, in order, are torch_neuronx/_startup.py's run()
 The public names, by one rule: ``torch_neuronx.*`` mirrors every public name of
 ``torch.neuron`` (its ``__all__``: devices, streams, events, memory, RNG), plus the
 backend's own functions, which ``torch.neuron`` does not have (``OWN_NAMES``: op
-tracking, NKI custom ops, torch.compile metrics).
+tracking, NKI custom ops).
 """
 
 from __future__ import annotations
@@ -68,22 +68,9 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_neuron.__all__})
 
 
-def get_dynamo_metrics() -> dict:
-    """torch.compile(backend="neuron") counters: compiles, cache hits, graph breaks, ..."""
-    from torch_neuronx.compiler import get_dynamo_metrics as metrics
-
-    return metrics()
-
-
-def reset_dynamo_metrics() -> None:
-    from torch_neuronx.compiler import reset_dynamo_metrics as reset
-
-    reset()
-
-
+# get_dynamo_metrics / reset_dynamo_metrics are torch.neuron's (as in TorchNeuron), served above.
 OWN_NAMES = (
-    "clear_op_tracking", "get_dynamo_metrics", "get_executed_ops", "get_fallback_ops", "nki_op",
-    "reset_dynamo_metrics", "wrap_nki",
+    "clear_op_tracking", "get_executed_ops", "get_fallback_ops", "nki_op", "wrap_nki",
 )
 if _TORCH_SUPPORTED:
     __all__ = sorted({*_neuron.__all__, *OWN_NAMES})

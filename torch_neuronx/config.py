@@ -430,7 +430,47 @@ metrics_enabled = _declare(
          " is `1` (the counters are a few Python additions per compile, and scripts and docs here "
          "read them without setting the variable); TorchNeuron also accepts `yes`, here it is an "
          "error like any value outside the on/off spellings. Not affected: op tracking "
-         "(`get_fallback_ops()`, `get_executed_ops()`), always on."))
+         "(`get_fallback_ops()`, `get_executed_ops()`), always on; the per-graph records of "
+         "`get_dynamo_metrics()`, Dynamo's `counters[\"neuron\"]` and `compilation_time_metrics` "
+         "phase times and the metric tables (`TORCH_NEURONX_ENABLED_METRIC_TABLES`), kept either "
+         "way as in TorchNeuron, where this variable governs the runtime's metrics."))
+
+METRIC_TABLE_NAMES = ("graph_stats",)  # compiler/metrics.py's METRIC_TABLES (a test checks they agree)
+
+
+def parse_metric_tables(name: str, raw: str) -> tuple[str, ...]:
+    """TORCH_NEURONX_ENABLED_METRIC_TABLES: a comma-separated list of metric table names."""
+    tables = []
+    for table in (part.strip() for part in raw.split(",")):
+        if not table:
+            continue
+        if table not in METRIC_TABLE_NAMES:
+            raise ValueError(
+                f"{name}: metric table {table!r} is not registered. Available tables: "
+                f"{list(METRIC_TABLE_NAMES)}. Name only these, comma-separated, or unset the "
+                "variable to write no table.")
+        if table not in tables:
+            tables.append(table)
+    return tuple(tables)
+
+
+enabled_metric_tables = _declare(
+    "TORCH_NEURONX_ENABLED_METRIC_TABLES", (), parse_metric_tables, PER_CALL, COMPILE,
+    values="comma-separated table names: `graph_stats`",
+    default_doc="none",
+    doc=("Read at exit (and at each `get_dynamo_metrics()`, so that a wrong name fails early). "
+         "`graph_stats`: at exit, the per-graph records of `get_dynamo_metrics()` (one row per "
+         "compiled graph, a header of the record's fields) are written to "
+         "`metric_table_graph_stats_rank<rank>.csv` in `TORCH_NEURONX_METRICS_DIR` (rank: "
+         "`torch.distributed`'s when a process group is up, else the current neuron device); "
+         "nothing is written when no graph was compiled. An unknown name is a `ValueError` naming "
+         "the available tables, raised by `get_dynamo_metrics()` and logged as an error at exit "
+         "(TorchNeuron checks the names at exit only)."))
+metrics_dir = _declare(
+    "TORCH_NEURONX_METRICS_DIR", "/tmp", _text, PER_CALL, COMPILE,
+    values="a directory",
+    doc=("Where the tables of `TORCH_NEURONX_ENABLED_METRIC_TABLES` are written at exit (the "
+         "directory must exist; a write that fails is logged as a warning). As TorchNeuron."))
 
 # torch.distributed (torchrun's variables).
 local_rank = _declare(

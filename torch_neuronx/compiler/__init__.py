@@ -25,9 +25,13 @@ from torch_neuronx.compiler.errors import NeuronCompileError
 __all__ = ["NeuronCompileError", "get_dynamo_metrics", "neuron_backend", "reset_dynamo_metrics"]
 
 
-def get_dynamo_metrics() -> dict:
-    """Compiles, cache hits (memory/disk), compile seconds, graph breaks, recompiles."""
-    return metrics.snapshot()
+def get_dynamo_metrics() -> metrics.DynamoMetrics:
+    """The per-graph records (TorchNeuron's), answering string keys with the
+    aggregate counters: compiles, cache hits (memory/disk), compile seconds,
+    graph breaks, recompiles (metrics.py). A wrong TORCH_NEURONX_ENABLED_METRIC_TABLES
+    raises here (ValueError naming the available tables) rather than only at exit."""
+    metrics.enabled_tables()
+    return metrics.get()
 
 
 def reset_dynamo_metrics() -> None:

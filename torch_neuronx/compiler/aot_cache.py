@@ -148,6 +148,7 @@ def _try_load(mod, args, aot_config, compiler_config_extra, local, remote, act_i
         return None, aot_config
     payload = cache.load_bytes(entry_key, _SUFFIX)
     if payload is not None:
+        metrics.warm_start(aot_config.aot_id)  # names the metrics records of the graphs it holds
         try:
             with unset_fake_temporarily():
                 entry = pickle.loads(payload)

@@ -5,6 +5,8 @@ the eager fallback."""
 from __future__ import annotations
 
 import functools
+import itertools
+import time
 import warnings
 
 import torch
@@ -32,7 +34,7 @@ def _raise(error: Exception, args) -> None:
     raise error
 
 
-def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str, naming: dict | None = None):
     """The per-graph policy, the one place it lives: one ATen graph from
     AOTAutograd (kind: "forward", "backward" or "inference") -> what
     AOTAutograd calls (a boxed callable). In order: the FP8 and float4 rules,
@@ -41,15 +43,28 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
     check (ops with no lowering raise NeuronCompileError, or with
     TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0 run the graph eagerly), then
     one executable. `example_inputs` is unused: the executable is compiled at
-    the first call with each input signature (compiler/executable.py)."""
+    the first call with each input signature (compiler/executable.py).
+    `naming`: the record names of a piece of a split graph (metrics.py)."""
     from torch_neuronx.compiler.lowerability import unlowered_message, unlowered_ops
     from torch_neuronx.compiler.partition import is_custom_op, split_around_custom_ops
     from torch_neuronx.compiler.runners import BoxedOutput, GraphRunner
 
-    metrics.record_graph(kind)
+    start = time.perf_counter()  # the FX passes (metrics.py): from here to the CompiledGraph
+    if naming is None:  # a graph from AOTAutograd (not a piece of one)
+        metrics.record_graph(kind)
+        model_name, graph_name = metrics.graph_name(kind)
+        naming = {"model_name": model_name, "graph_name": graph_name,
+                  "has_collectives": metrics.has_collectives(gm)}
     float8.check_graph(gm)  # FP8 compute on this profile, float4 casts: refused with the user's line
     if any(is_custom_op(node) for node in gm.graph.nodes):
-        split = split_around_custom_ops(gm, lambda piece: compile_graph(piece, None, kind))
+        pieces = itertools.count(1)
+        prefix, _, nth = naming["graph_name"].rpartition("_")
+
+        def compile_piece(piece):
+            # Each compiled piece is a graph of its own: {model}_{aot_id}_{kind}_piece{k}_{nth}.
+            return compile_graph(piece, None, kind, {**naming, "graph_name": f"{prefix}_piece{next(pieces)}_{nth}"})
+
+        split = split_around_custom_ops(gm, compile_piece)
         return BoxedOutput(lambda args: split.forward(*args))
     draws = host_random.split(gm)  # before the lowerability check: drawn ops need no lowering
     missing = unlowered_ops(gm)
@@ -73,7 +88,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
         return BoxedOutput(lambda args: gm.forward(*host_random.with_draws(draws, args)))
     from torch_neuronx.compiler.executable import CompiledGraph
 
-    return GraphRunner(CompiledGraph(gm, kind, draws))
+    compiled = CompiledGraph(gm, kind, draws)
+    compiled.naming = {**naming, "fx_passes_seconds": time.perf_counter() - start}
+    return GraphRunner(compiled)
 
 
 def _compiler(kind: str):
@@ -96,6 +113,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
     from torch_neuronx.compiler import op_replacements
 
     op_replacements.replace_known_custom_ops(gm)  # before AOTAutograd traces their autograd formulas
+    compile_options = options
     options = dict(
         fw_compiler=_compiler("forward"),
         bw_compiler=_compiler("backward"),
@@ -108,5 +126,6 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=
     )
     from torch_neuronx.compiler import aot_cache
 
-    with aot_cache.enabled():  # a graph seen by an earlier process skips AOTAutograd's tracing
-        return aot.aot_autograd(gm, example_inputs, **options)
+    # compile_options: torch.compile(options=...); its "model_name" names the graphs' metrics records
+    with metrics.compiling(compile_options), aot_cache.enabled():  # a graph seen by an earlier process
+        return aot.aot_autograd(gm, example_inputs, **options)     # skips AOTAutograd's tracing

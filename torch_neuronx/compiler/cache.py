@@ -348,27 +348,35 @@ def _prepare(targets) -> None:
 def load(key: str):
     """The executable stored under key (a jax.stages.Compiled), ready to run,
     or None."""
+    return load_entry(key)[0]
+
+
+def load_entry(key: str):
+    """(executable, times) stored under key, or (None, None): `times` is
+    (lowering seconds, XLA compile seconds) of the build that stored it, for
+    the metrics records (compiler/metrics.py), None when not stored."""
     payload = load_bytes(key, _SUFFIX)
     if payload is None:
-        return None
+        return None, None
     from jax.experimental.serialize_executable import deserialize_and_load
 
     try:
-        serialized, in_tree, out_tree, targets = pickle.loads(payload)
+        serialized, in_tree, out_tree, targets, times = pickle.loads(payload)
         _prepare(targets)
         executable = deserialize_and_load(serialized, in_tree, out_tree, backend="cpu")
     except Exception as error:  # written by an incompatible build: same as a bad entry
         discard(key, _SUFFIX, f"could not be loaded ({type(error).__name__}: {error})")
-        return None
+        return None, None
     metrics.record_cache_hit("disk")
-    return executable
+    return executable, times
 
 
-def store(key: str, executable) -> None:
+def store(key: str, executable, times: tuple[float, float] | None = None) -> None:
     """Writes the executable under key, with the custom-call targets it needs
-    prepared before it runs (nothing when the disk cache is off, the
+    prepared before it runs and `times` (lowering and compile seconds, see
+    load_entry); nothing when the disk cache is off, the
     executable cannot be serialized, or it calls a target a warm start could
-    not prepare)."""
+    not prepare."""
     if cache_dir() is None:
         return
     from jax.experimental.serialize_executable import serialize
@@ -384,6 +392,6 @@ def store(key: str, executable) -> None:
     except (ValueError, NotImplementedError):
         return
     with io.BytesIO() as buffer:
-        pickle.dump((serialized, in_tree, out_tree, sorted(targets)), buffer,
+        pickle.dump((serialized, in_tree, out_tree, sorted(targets), times), buffer,
                     protocol=pickle.HIGHEST_PROTOCOL)
         store_bytes(key, _SUFFIX, buffer.getvalue())

@@ -24,6 +24,9 @@ from torch_neuronx.lowering.interpreter import run_graph
 
 _EXECUTABLES: dict[tuple, object] = {}
 _EXECUTABLES_LOCK = threading.Lock()
+# Per executable of _EXECUTABLES: (graph_id, lower seconds, compile seconds) of the build that
+# produced it, for the metrics record of each graph that uses it (metrics.py).
+_BUILDS: dict[tuple, tuple[str, float, float]] = {}
 
 
 def _emulate_fp64() -> bool:
@@ -82,6 +85,9 @@ class CompiledGraph:
         self.mutations = _mutations(gm)
         self.output_nodes = next(n for n in gm.graph.nodes if n.op == "output").args[0]
         self._jitted = jax.jit(self._interpret)
+        self._recorded: set = set()  # the signatures whose executable has its metrics record
+        # The metrics record's names (set by backend.compile_graph, with the FX passes' time).
+        self.naming: dict | None = None
 
     # -- pickling (the AOTAutograd result cache stores compiled graphs) --------
     def __getstate__(self) -> dict:
@@ -98,6 +104,10 @@ class CompiledGraph:
 
         self._setup(fx_pickle.loads_state(state["graph"]), state["name"], state["key"], state.get("draws", []))
         self.output_dtypes = state["output_dtypes"]
+        # Loaded from AOTAutograd's disk cache: no FX passes ran in this process.
+        model_name, graph_name = metrics.graph_name(self.name)
+        self.naming = {"model_name": model_name, "graph_name": graph_name,
+                       "has_collectives": metrics.has_collectives(self.gm), "fx_passes_seconds": 0.0}
 
     # -- tracing ---------------------------------------------------------------
     def _interpret(self, seed, *arrays):
@@ -136,6 +146,8 @@ class CompiledGraph:
             executable = _EXECUTABLES.get(key)
         if executable is not None:
             metrics.record_cache_hit("memory")
+            if signature not in self._recorded:  # compiled for an earlier graph with the same code
+                self._record(signature, *_BUILDS[key])
             return executable
         start = time.perf_counter()
         # Graphs with None inputs (effect tokens of linalg error checks) stay out
@@ -143,17 +155,53 @@ class CompiledGraph:
         # with a None argument (jax 0.10.2).
         disk_key = None if any(a is None for a in arrays) else cache.graph_key(
             [self.key.encode(), repr(signature).encode(), bytes([self.emulate_fp64])])
+        lowered, lower_seconds = None, 0.0
         if artifacts.directory() is not None:
-            artifacts.write(self.name, self.gm.code, self._jitted.lower(seed, *arrays).as_text())
-        executable = cache.load(disk_key) if disk_key else None  # a hit skips tracing and lowering
+            lowered, lower_seconds = self._lower(seed, arrays)
+            artifacts.write(self.name, self.gm.code, lowered.as_text())
+        # A hit skips tracing and lowering; it reports the times of the build that stored it.
+        executable, times = cache.load_entry(disk_key) if disk_key else (None, None)
         if executable is None:
-            executable = self._jitted.lower(seed, *arrays).compile()
+            if lowered is None:
+                lowered, lower_seconds = self._lower(seed, arrays)
+            compile_start = time.perf_counter()
+            executable = lowered.compile()
+            times = (lower_seconds, time.perf_counter() - compile_start)
             if disk_key:
-                cache.store(disk_key, executable)
+                cache.store(disk_key, executable, times)
         metrics.record_compile(time.perf_counter() - start, self.name)
+        graph_id = disk_key or hashlib.sha256(repr(key).encode()).hexdigest()
+        build = (graph_id, *(times or (0.0, 0.0)))
         with _EXECUTABLES_LOCK:
             _EXECUTABLES[key] = executable
+            _BUILDS[key] = build
+        if signature not in self._recorded:
+            self._record(signature, *build)
         return executable
+
+    def _lower(self, seed, arrays):
+        """The graph traced through the lowering table to StableHLO, and the seconds it took."""
+        start = time.perf_counter()
+        lowered = self._jitted.lower(seed, *arrays)
+        return lowered, time.perf_counter() - start
+
+    def _record(self, signature, graph_id: str, lower_seconds: float, compile_seconds: float) -> None:
+        """The metrics record of this graph's executable for `signature` (metrics.py), once."""
+        with _EXECUTABLES_LOCK:
+            if signature in self._recorded:
+                return
+            self._recorded.add(signature)
+        naming = self.naming or {}
+        metrics.record_compilation(metrics.NeuronCompilationMetrics(
+            graph_id=graph_id,
+            graph_name=naming.get("graph_name", self.name),
+            model_name=naming.get("model_name", "model_default"),
+            has_collectives=bool(naming.get("has_collectives", False)),
+            graph_node_count=len(self.gm.graph.nodes),
+            torch_neuronx_fx_passes_us=int(naming.get("fx_passes_seconds", 0.0) * 1e6),
+            torch_neuronx_lower_us=int(lower_seconds * 1e6),
+            torch_neuronx_compile_us=int(compile_seconds * 1e6),
+        ))
 
 
 def _graph_identity(gm: torch.fx.GraphModule) -> str:

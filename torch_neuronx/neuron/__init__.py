@@ -55,12 +55,13 @@ from torch_neuronx.neuron.streams import (
 __all__ = [
     "Event", "Stream", "StreamContext", "current_device", "current_stream", "default_generators",
     "default_stream", "device", "device_count", "device_of", "empty_cache", "get_amp_supported_dtype",
-    "get_device_capability", "get_device_name", "get_device_properties", "get_rng_state",
+    "get_device_capability", "get_device_name", "get_device_properties", "get_dynamo_metrics", "get_rng_state",
     "get_rng_state_all", "init", "initial_seed", "is_available", "is_bf16_supported",
     "is_initialized", "manual_seed", "manual_seed_all", "max_memory_allocated",
     "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_reserved",
     "memory_snapshot", "memory_stats", "memory_summary", "reset_accumulated_memory_stats",
-    "reset_max_memory_allocated", "reset_peak_memory_stats", "seed", "seed_all", "set_device",
+    "reset_dynamo_metrics", "reset_max_memory_allocated", "reset_peak_memory_stats", "seed", "seed_all",
+    "set_device",
     "set_rng_state", "set_rng_state_all", "set_stream", "stream", "synchronize",
 ]
 
@@ -220,3 +221,24 @@ def get_amp_supported_dtype() -> list[torch.dtype]:
 
 def is_bf16_supported(including_emulation: bool = True) -> bool:
     return True
+
+
+def get_dynamo_metrics():
+    """torch.compile(backend="neuron") metrics: the list of per-graph records
+    (``NeuronCompilationMetrics``: graph_name, model_name, phase times, ...),
+    which also answers this project's aggregate counters by name
+    (``m["compiles"]``, ``m["cache_hits_disk"]``, ...); see compiler/metrics.py.
+    Compiles happen at a graph's first call, which waits for them, so no
+    synchronize is needed (TorchNeuron synchronizes here)."""
+    from torch_neuronx.compiler import get_dynamo_metrics as metrics
+
+    return metrics()
+
+
+def reset_dynamo_metrics() -> None:
+    """Clears the per-graph records, the counters (also Dynamo's
+    ``counters["neuron"]`` and graph-break counts) and the neuron phase times in
+    ``torch._dynamo.utils.compilation_time_metrics``."""
+    from torch_neuronx.compiler import reset_dynamo_metrics as reset
+
+    reset()

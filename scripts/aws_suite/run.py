@@ -35,6 +35,13 @@ FOLDERS = ["allocator", "autocast", "storage", "unit", "integration", "streams",
            "vertical", "huggingface"]
 
 
+def _pythonpath(work: Path) -> str:
+    """The plugin, the snapshot's root (its tests import `tests.utils`), then the
+    caller's PYTHONPATH (a worktree of this package to measure instead of the
+    installed one)."""
+    return os.pathsep.join(p for p in (str(HERE), str(work), os.environ.get("PYTHONPATH", "")) if p)
+
+
 def export(mirror: str, commit: str, work: Path) -> None:
     if (work / "tests").exists():
         return
@@ -94,12 +101,12 @@ def _run_isolated(work, folder, out, python, extra, env) -> None:
 def run_folder(work: Path, folder: str, out: Path, python: str, extra: list[str]) -> float:
     start = time.perf_counter()
     if folder in ISOLATED:
-        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{HERE}{os.pathsep}{work}", NEURON_RT_NUM_CORES="1")
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=_pythonpath(work), NEURON_RT_NUM_CORES="1")
         (out / f"{folder}.log").unlink(missing_ok=True)
         _run_isolated(work, folder, out, python, extra, env)
         return time.perf_counter() - start
     for suffix, selection, session_env in SESSIONS:
-        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{HERE}{os.pathsep}{work}", **session_env)
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=_pythonpath(work), **session_env)
         subprocess.run([python, "-m", "pytest", f"tests/{folder}", "-p", "plugin", "-p", "no:cacheprovider",
                         "-o", "addopts=", "-o", "junit_family=xunit1",
                         f"--junitxml={out / (folder + suffix + '.xml')}", "-q", "--no-header", "-rN",

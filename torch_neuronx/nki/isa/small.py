@@ -1,0 +1,144 @@
+"""Smaller `nki.isa` names AWS's nki-library kernels call: the NeuronCore generation
+(`get_nc_version`, `nc_version`), the DMA engine's transpose (`dma_transpose`) and the Vector
+Engine's top-8 search (`max8`, `nc_find_index8`). Semantics and limits are AWS's NKI ISA reference
+(Neuron SDK 2.29-2.33 pages of each name); docs/nki.md says what the simulator does.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+from .. import dtypes as _dt
+from ..errors import NKIError
+from ..runtime import active
+from ..targets import get_target
+
+
+class nc_version(enum.IntEnum):  # noqa: N801 - the NKI name
+    """`nisa.nc_version`: the NeuronCore generation. gen2: Trn1/Inf2, gen3: Trn2, gen4: Trn3.
+    Ordered (kernels test `get_nc_version() >= nc_version.gen3`)."""
+
+    gen2 = 2
+    gen3 = 3
+    gen4 = 4
+
+
+def get_nc_version() -> nc_version:
+    """`nisa.get_nc_version()`: the NeuronCore generation of the target being simulated: the running
+    launch's target inside a kernel, else the target NEURON_PLATFORM_TARGET_OVERRIDE selects (trn2:
+    gen3, trn3: gen4)."""
+    run = active()
+    return nc_version(run.target.neuron_core if run is not None else get_target().neuron_core)
+
+
+# dma_transpose: the permutation AWS documents for each rank (the i-th axis of dst is axis axes[i] of src).
+_DMA_TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
+
+
+def dma_transpose(dst, src, axes=None, dge_mode=None, oob_mode=None, priority=None, name=None):
+    """`dst = src` with its axes permuted, by a DMA (src in HBM or SBUF): 2-D [1, 0], 3-D [2, 1, 0],
+    4-D [3, 1, 2, 0], the only permutations AWS supports. `dge_mode`: unknown (default) or hwdge,
+    which adds the hardware-DGE limits (src.shape[0] == 16, src.shape[-1] a multiple of 128, a
+    2-byte dtype). A dtype difference between src and dst is cast, as dma_copy does."""
+    from . import _access, _record, _store, _tensor, _write
+    from .constants import dge_mode as _dge
+
+    instr = "nisa.dma_transpose"
+    dst, src = _tensor(dst, instr, "dst"), _tensor(src, instr, "src")
+    _access(instr, "dma", reads=[("src", src)], writes=[("dst", dst)])
+    if src.ndim not in _DMA_TRANSPOSE_AXES:
+        raise NKIError(instr, f"src has {src.ndim} dimensions {src.shape}; the DMA transposes 2-, 3- or "
+                       "4-dimensional tensors only", "reshape src to 2-4 dimensions")
+    expected = _DMA_TRANSPOSE_AXES[src.ndim]
+    if axes is not None and tuple(axes) != expected:
+        raise NKIError(instr, f"axes={tuple(axes)} is not supported for a {src.ndim}-D src: the DMA "
+                       f"transposes only (1, 0), (2, 1, 0) and (3, 1, 2, 0)",
+                       f"use axes={expected} (or omit axes) and rearrange the rest with access patterns")
+    mode = dge_mode.name if isinstance(dge_mode, _dge) else ("unknown" if dge_mode is None else dge_mode)
+    if mode not in ("unknown", "hwdge"):
+        raise NKIError(instr, f"dge_mode={dge_mode!r}: a direct DMA transpose takes only dge_mode.unknown "
+                       "or dge_mode.hwdge", "omit dge_mode")
+    if mode == "hwdge" and (src.shape[0] != 16 or src.shape[-1] % 128 or np.dtype(src.data.dtype).itemsize != 2):
+        raise NKIError(instr, f"a hardware-DGE transpose needs src.shape[0] == 16, src.shape[-1] a multiple "
+                       f"of 128 and a 2-byte dtype; got src {src.shape} {src.alloc.dtype_name}",
+                       "use dge_mode.unknown, or tile src to [16, k * 128] of a 2-byte dtype")
+    want = tuple(src.shape[a] for a in expected)
+    if tuple(dst.shape) != want:
+        raise NKIError(instr, f"dst shape {dst.shape} must be {want}: src {src.shape} permuted by {expected}")
+    if _dt.is_packed(src.dtype) or _dt.is_packed(dst.dtype):
+        raise NKIError(instr, "packed MX types cannot be transposed element-wise by the DMA",
+                       "transpose the uint8/uint32 bytes of a view instead")
+    values = np.transpose(src.data, expected)
+    if dst.dtype is src.dtype or (dst.dtype == src.dtype and dst.dtype is not _dt.tfloat32):
+        _store(dst, values)
+    else:
+        _write(dst, values.astype(np.float32))
+    side = dst if dst.buffer.on_chip else (src if src.buffer.on_chip else dst)
+    nbytes = max(dst.nbytes, src.nbytes)
+    _record(instr, "dma", [dst], [src], ("dma", nbytes, nbytes / max(1, side.partitions)), nbytes=nbytes)
+
+
+_MAX8_FMIN, _MAX8_FMAX = 8, 16384
+
+
+def _top8_input(instr, t, role, max_rank):
+    from . import _f32_2d
+
+    if t.ndim > max_rank:
+        raise NKIError(instr, f"{role} has {t.ndim} dimensions {t.shape}, more than {max_rank}",
+                       "flatten its free axes")
+    if not _MAX8_FMIN <= t.free_size <= _MAX8_FMAX:
+        raise NKIError(instr, f"{role} has {t.free_size} elements per partition; the instruction reads "
+                       f"{_MAX8_FMIN} to {_MAX8_FMAX}", "split the search into chunks and combine them")
+    return _f32_2d(t)
+
+
+def _top8_output(instr, dst, partitions, kinds=None):
+    if dst.ndim > 3 or dst.partitions != partitions or dst.free_size != 8:
+        raise NKIError(instr, f"dst shape {dst.shape} must hold 8 elements per partition for {partitions} "
+                       f"partitions ([{partitions}, 8])")
+    if kinds is not None and dst.alloc.dtype_name not in kinds:
+        raise NKIError(instr, f"dst dtype {dst.alloc.dtype_name} is not supported: indices are "
+                       f"{' or '.join(kinds)}", "allocate dst as nl.uint32 (or nl.uint16)")
+
+
+def max8(dst, src, name=None):
+    """`nisa.max8(dst, src)`: the 8 largest values of each partition of src, in descending order
+    (Vector Engine; read as float32, cast into dst's dtype). src: 8 to 16,384 elements per partition,
+    at most 4 free axes; dst: [P, 8]."""
+    from . import _access, _record, _tensor, _write
+
+    instr = "nisa.max8"
+    dst, src = _tensor(dst, instr, "dst"), _tensor(src, instr, "src")
+    _access(instr, "vector", reads=[("src", src)], writes=[("dst", dst)])
+    values = _top8_input(instr, src, "src", 5)
+    _top8_output(instr, dst, src.partitions)
+    top = -np.sort(-values, axis=1, kind="stable")[:, :8]
+    _write(dst, top)
+    _record(instr, "vector", [dst], [src], ("reduce", src.free_size))
+
+
+def nc_find_index8(dst, data, vals, name=None):
+    """`nisa.nc_find_index8(dst, data, vals)`: per partition, the index (from 0, over data's free
+    elements flattened) of the first element of data equal to each of the 8 vals; a value not in
+    data gives the all-ones sentinel (0xFFFFFFFF / 0xFFFF). Values compare as float32. dst uint32 or
+    uint16 [P, 8]; data 8 to 16,384 elements per partition, at most 3-D; vals 8 per partition."""
+    from . import _access, _record, _store, _tensor
+
+    instr = "nisa.nc_find_index8"
+    dst, data, vals = _tensor(dst, instr, "dst"), _tensor(data, instr, "data"), _tensor(vals, instr, "vals")
+    _access(instr, "vector", reads=[("data", data), ("vals", vals)], writes=[("dst", dst)])
+    values = _top8_input(instr, data, "data", 3)
+    if vals.ndim > 3 or vals.partitions != data.partitions or vals.free_size != 8:
+        raise NKIError(instr, f"vals shape {vals.shape} must hold 8 values per partition for "
+                       f"{data.partitions} partitions ([{data.partitions}, 8])")
+    _top8_output(instr, dst, data.partitions, kinds=("uint32", "uint16"))
+    wanted = vals.data.reshape(vals.partitions, 8).astype(np.float32)
+    hit = values[:, None, :] == wanted[:, :, None]             # [P, 8, F]
+    first = hit.argmax(axis=2)
+    sentinel = np.iinfo(dst.data.dtype).max
+    out = np.where(hit.any(axis=2), first, sentinel).astype(dst.data.dtype)
+    _store(dst, out.reshape(dst.shape))
+    _record(instr, "vector", [dst], [data, vals], ("reduce", data.free_size))

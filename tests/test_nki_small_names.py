@@ -396,3 +396,20 @@ def test_new_instructions_are_traced_on_their_engines():
     assert ("nisa.max8", "vector") in ops and ("nisa.nc_find_index8", "vector") in ops
     _dma_transpose_from_hbm(x, None)
     assert ("nisa.dma_transpose", "dma") in [(i.op, i.engine) for i in _dma_transpose_from_hbm.last_trace]
+
+
+def test_affine_select_offset_defaults_to_zero():
+    """nki-library's cascaded_max builds an identity with affine_select and no offset."""
+    @nki.jit
+    def eye(x):
+        n = x.shape[0]
+        t = nl.ndarray((n, n), nl.float32, buffer=nl.sbuf)
+        nisa.memset(t, 1.0)
+        nisa.affine_select(dst=t, pattern=[[1, n]], channel_multiplier=-1, cmp_op=nl.equal,
+                           on_true_tile=t, on_false_value=0.0)
+        out = nl.ndarray((n, n), nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, t)
+        return out
+
+    for n in (8, 128):
+        np.testing.assert_array_equal(eye(np.zeros((n, 1), np.float32)), np.eye(n))

@@ -911,10 +911,13 @@ def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
     _record(instr, "gpsimd", [dst], [], ("gpsimd", dst.free_size))
 
 
-def affine_select(dst, pattern, offset, channel_multiplier, on_true_tile, on_false_value, cmp_op=None,
-                  name=None):
+def affine_select(dst, pattern, offset=0, channel_multiplier=0, on_true_tile=None, on_false_value=None,
+                  cmp_op=None, name=None):
     """dst = on_true_tile where cmp_op(affine expression, 0) else on_false_value (GpSimd Engine).
-    The expression is the iota one; cmp_op defaults to nl.greater_equal (causal masks)."""
+    The expression is the iota one; cmp_op defaults to nl.greater_equal (causal masks). AWS's
+    reference lists offset as required; nki-library's kernels (cascaded_max) omit it: 0 here."""
+    if on_true_tile is None or on_false_value is None:
+        raise NKIError("nisa.affine_select", "on_true_tile and on_false_value are required")
     token = _ops.resolve(cmp_op if cmp_op is not None else _ops.BINARY["greater_equal"], "nisa.affine_select", 2)
     select_where(dst, on_true_tile, on_false_value, lambda d: token.fn(
         _affine("nisa.affine_select", d, pattern, offset, channel_multiplier), np.float32(0)) != 0)

@@ -413,3 +413,33 @@ def test_affine_select_offset_defaults_to_zero():
 
     for n in (8, 128):
         np.testing.assert_array_equal(eye(np.zeros((n, 1), np.float32)), np.eye(n))
+
+
+def test_nkiobject_dataclass_takes_unannotated_class_attributes_as_fields():
+    """attention_cte builds `SectionParams(section_idx=...)` from a dataclass whose fields are plain
+    class attributes; annotated fields, methods and plain (non-dataclass) subclasses are unchanged."""
+    from dataclasses import dataclass, fields
+
+    @dataclass
+    class Section(nl.NKIObject):
+        size: int
+        index = None
+        offset = 0
+
+        def end(self):
+            return self.offset + self.size
+
+    s = Section(4, index=2, offset=8)
+    assert (s.size, s.index, s.offset, s.end()) == (4, 2, 8, 12)
+    assert [f.name for f in fields(Section)] == ["size", "index", "offset"]
+    assert Section(1) == Section(1, None, 0) and Section(1) != Section(1, 3)
+
+    class Plain(nl.NKIObject):
+        k = 5
+
+        def __init__(self, z):
+            self.z = z
+
+    assert Plain(3).z == 3 and Plain.k == 5
+    with pytest.raises(TypeError):
+        Section()  # the annotated field has no default

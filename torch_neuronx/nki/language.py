@@ -102,9 +102,30 @@ class NKIObject:
     or not, and plain classes with `__init__` and methods from it). Their fields hold Python values
     and tiles resolved while tracing; AWS's compiler needs the base to trace them. The simulator runs
     the kernel's Python as it is, so the base adds nothing: no state (`__slots__ = ()` keeps
-    subclasses' `__dict__`, dataclass equality and hashing their own)."""
+    subclasses' `__dict__`, dataclass equality and hashing their own).
+
+    One thing nki-library relies on (attention_cte's `SectionParams`): a `@dataclass` subclass's
+    plain class attributes without an annotation (`section_idx = None`) are constructor fields
+    (`SectionParams(section_idx=0)`). Python's dataclass ignores them, so each subclass gives them
+    an annotation when it is created (after the annotated ones, keeping their defaults); AWS does
+    not document this, its kernels just construct them so."""
 
     __slots__ = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__annotations__")
+        if own is None:
+            own = {}
+            try:
+                cls.__annotations__ = own
+            except (AttributeError, TypeError):
+                return
+        for key, value in list(cls.__dict__.items()):
+            if (key.startswith("_") or key in own or callable(value)
+                    or isinstance(value, (staticmethod, classmethod, property))):
+                continue
+            own[key] = "typing.Any"
 
 
 def static_cast(x, dtype):

@@ -296,10 +296,14 @@ def test_max8_and_find_index8_give_the_top8_and_their_indices(shape, dtype, idx_
     assert idx.dtype == np.dtype(idx_dtype)
     want = -np.sort(-flat, axis=1)[:, :8]
     np.testing.assert_array_equal(vals.astype(np.float32), want)
-    # Indices point at those values (ties may pick either equal element, but each value's first one).
+    # Indices point at those values; a value repeated in the top 8 (bfloat16 ties) takes its
+    # successive occurrences in slot order (AWS: "ascending order across dst_idx columns").
     np.testing.assert_array_equal(np.take_along_axis(flat, idx.astype(np.int64), axis=1), want)
-    first = np.array([[np.flatnonzero(row == v)[0] for v in wrow] for row, wrow in zip(flat, want)])
-    np.testing.assert_array_equal(idx, first)
+    expect = np.array([[np.flatnonzero(row == v)[list(wrow[:j]).count(v)] for j, v in enumerate(wrow)]
+                       for row, wrow in zip(flat, want)])
+    np.testing.assert_array_equal(idx, expect)
+    if dtype is ml_dtypes.bfloat16:
+        assert (np.diff(np.sort(idx.astype(np.int64), axis=1)) > 0).all()  # ties: distinct positions
 
 
 def test_find_index8_gives_the_first_occurrence_and_the_sentinel():
@@ -443,3 +447,66 @@ def test_nkiobject_dataclass_takes_unannotated_class_attributes_as_fields():
     assert Plain(3).z == 3 and Plain.k == 5
     with pytest.raises(TypeError):
         Section()  # the annotated field has no default
+
+
+def test_find_index8_pairs_repeated_vals_with_successive_matches():
+    """AWS's example: data [1, 2, 3, 4, 8 x 7], vals [3, 8 x 7]: nc_find_index8 gives the 8s'
+    positions ascending, nc_match_replace8 descending (its duplicate tie-break is the opposite)."""
+    @nki.jit
+    def k(x, v):
+        t, w = nl.load(x), nl.load(v)
+        idx = nl.ndarray((x.shape[0], 8), nl.uint32, buffer=nl.sbuf)
+        nisa.nc_find_index8(idx, t, w)
+        rep_idx = nl.ndarray((x.shape[0], 8), nl.uint32, buffer=nl.sbuf)
+        nisa.nc_match_replace8(dst=t, data=t, vals=w, imm=-1.0, dst_idx=rep_idx)
+        o1 = nl.ndarray(idx.shape, nl.uint32, buffer=nl.shared_hbm)
+        o2 = nl.ndarray(idx.shape, nl.uint32, buffer=nl.shared_hbm)
+        o3 = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        nl.store(o1, idx)
+        nl.store(o2, rep_idx)
+        nl.store(o3, t)
+        return o1, o2, o3
+
+    x = np.tile(np.array([1, 2, 3, 4] + [8] * 7, np.float32), (2, 1))
+    v = np.tile(np.array([3] + [8] * 7, np.float32), (2, 1))
+    find, rep_idx, replaced = k(x, v)
+    np.testing.assert_array_equal(find, np.tile([2, 4, 5, 6, 7, 8, 9, 10], (2, 1)))
+    np.testing.assert_array_equal(rep_idx, np.tile([2, 10, 9, 8, 7, 6, 5, 4], (2, 1)))
+    np.testing.assert_array_equal(replaced, np.tile([1, 2, -1, 4] + [-1] * 7, (2, 1)))
+
+
+def test_match_replace8_removes_the_top8_for_a_running_top_k():
+    """max8 + nc_match_replace8 (imm=-inf) repeated: the top 24 of each row, as nki-library's top-k
+    runs it; dst is data itself."""
+    @nki.jit
+    def top24(x):
+        t = nl.load(x)
+        vals = nl.ndarray((x.shape[0], 24), nl.float32, buffer=nl.sbuf)
+        idx = nl.ndarray((x.shape[0], 24), nl.uint32, buffer=nl.sbuf)
+        for r in range(3):
+            nisa.max8(dst=vals[:, nl.ds(8 * r, 8)], src=t)
+            nisa.nc_match_replace8(dst=t, data=t, vals=vals[:, nl.ds(8 * r, 8)], imm=float("-inf"),
+                                   dst_idx=idx[:, nl.ds(8 * r, 8)])
+        ov = nl.ndarray(vals.shape, nl.float32, buffer=nl.shared_hbm)
+        oi = nl.ndarray(idx.shape, nl.uint32, buffer=nl.shared_hbm)
+        nl.store(ov, vals)
+        nl.store(oi, idx)
+        return ov, oi
+
+    x = RNG.standard_normal((64, 300)).astype(np.float32)
+    vals, idx = top24(x)
+    np.testing.assert_array_equal(vals, -np.sort(-x, axis=1)[:, :24])
+    np.testing.assert_array_equal(np.take_along_axis(x, idx.astype(np.int64), axis=1), vals)
+
+
+def test_match_replace8_rules():
+    @nki.jit
+    def bad_dst(x):
+        t = nl.load(x)
+        v = nl.ndarray((4, 8), nl.float32, buffer=nl.sbuf)
+        nisa.max8(v, t)
+        d = nl.ndarray((4, 8), nl.float32, buffer=nl.sbuf)
+        nisa.nc_match_replace8(dst=d, data=t, vals=v, imm=0.0)
+
+    with pytest.raises(NKIError, match=r"dst shape \(4, 8\) must match data shape \(4, 16\)"):
+        bad_dst(np.zeros((4, 16), np.float32))

@@ -120,25 +120,77 @@ def max8(dst, src, name=None):
     _record(instr, "vector", [dst], [src], ("reduce", src.free_size))
 
 
+def _match8(values, wanted, reverse):
+    """Per partition, the data position each of the 8 wanted values is paired with, or -1. A value
+    takes its first matching position; equal values among the 8 take successive matches, in slot
+    order (nc_find_index8) or reverse slot order (nc_match_replace8), as AWS documents."""
+    hit = values[:, None, :] == wanted[:, :, None]                      # [P, 8, F]
+    same = wanted[:, :, None] == wanted[:, None, :]                      # [P, 8, 8]
+    rank = (np.triu(same, 1) if reverse else np.tril(same, -1)).sum(axis=2)
+    nth = hit & (np.cumsum(hit, axis=2) == rank[:, :, None] + 1)
+    return np.where(nth.any(axis=2), nth.argmax(axis=2), -1)
+
+
+def _index_output(instr, dst, partitions, pos):
+    _top8_output(instr, dst, partitions, kinds=("uint32", "uint16"))
+    sentinel = np.iinfo(dst.data.dtype).max
+    return np.where(pos >= 0, pos, sentinel).astype(dst.data.dtype).reshape(dst.shape)
+
+
+def _vals8(instr, vals, partitions):
+    if vals.ndim > 3 or vals.partitions != partitions or vals.free_size != 8:
+        raise NKIError(instr, f"vals shape {vals.shape} must hold 8 values per partition for "
+                       f"{partitions} partitions ([{partitions}, 8])")
+    return vals.data.reshape(vals.partitions, 8).astype(np.float32)
+
+
 def nc_find_index8(dst, data, vals, name=None):
     """`nisa.nc_find_index8(dst, data, vals)`: per partition, the index (from 0, over data's free
-    elements flattened) of the first element of data equal to each of the 8 vals; a value not in
-    data gives the all-ones sentinel (0xFFFFFFFF / 0xFFFF). Values compare as float32. dst uint32 or
-    uint16 [P, 8]; data 8 to 16,384 elements per partition, at most 3-D; vals 8 per partition."""
+    elements flattened) of the first element of data equal to each of the 8 vals; a value repeated
+    among vals takes the next matches in slot order; a value not in data gives the all-ones sentinel
+    (0xFFFFFFFF / 0xFFFF). Values compare as float32. dst uint32 or uint16 [P, 8]; data 8 to 16,384
+    elements per partition, at most 3-D; vals 8 per partition."""
     from . import _access, _record, _store, _tensor
 
     instr = "nisa.nc_find_index8"
     dst, data, vals = _tensor(dst, instr, "dst"), _tensor(data, instr, "data"), _tensor(vals, instr, "vals")
     _access(instr, "vector", reads=[("data", data), ("vals", vals)], writes=[("dst", dst)])
     values = _top8_input(instr, data, "data", 3)
-    if vals.ndim > 3 or vals.partitions != data.partitions or vals.free_size != 8:
-        raise NKIError(instr, f"vals shape {vals.shape} must hold 8 values per partition for "
-                       f"{data.partitions} partitions ([{data.partitions}, 8])")
-    _top8_output(instr, dst, data.partitions, kinds=("uint32", "uint16"))
-    wanted = vals.data.reshape(vals.partitions, 8).astype(np.float32)
-    hit = values[:, None, :] == wanted[:, :, None]             # [P, 8, F]
-    first = hit.argmax(axis=2)
-    sentinel = np.iinfo(dst.data.dtype).max
-    out = np.where(hit.any(axis=2), first, sentinel).astype(dst.data.dtype)
-    _store(dst, out.reshape(dst.shape))
+    wanted = _vals8(instr, vals, data.partitions)
+    out = _index_output(instr, dst, data.partitions, _match8(values, wanted, reverse=False))
+    _store(dst, out)
     _record(instr, "vector", [dst], [data, vals], ("reduce", data.free_size))
+
+
+def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None):
+    """`nisa.nc_match_replace8(dst, data, vals, imm, dst_idx=None)`: dst = data with the first
+    occurrence of each of the 8 vals (per partition) replaced by imm; a value repeated among vals
+    replaces the next occurrences, slots taken in reverse order (AWS: the first match goes to the
+    highest slot). dst_idx (uint32/uint16 [P, 8], optional) receives the matched positions; a value
+    not in data replaces nothing and its index is the all-ones sentinel (the simulator's choice: AWS
+    does not document this case). dst may be data itself (nki-library's top-k does so)."""
+    from . import _access, _record, _store, _tensor, _write
+
+    instr = "nisa.nc_match_replace8"
+    dst, data, vals = _tensor(dst, instr, "dst"), _tensor(data, instr, "data"), _tensor(vals, instr, "vals")
+    reads, writes = [("data", data), ("vals", vals)], [("dst", dst)]
+    if dst_idx is not None:
+        dst_idx = _tensor(dst_idx, instr, "dst_idx")
+        writes.append(("dst_idx", dst_idx))
+    _access(instr, "vector", reads=reads, writes=writes)
+    values = _top8_input(instr, data, "data", 5)
+    if dst.partitions != data.partitions or dst.free_size != data.free_size:
+        raise NKIError(instr, f"dst shape {dst.shape} must match data shape {data.shape}")
+    wanted = _vals8(instr, vals, data.partitions)
+    if not isinstance(imm, (int, float, np.number)):
+        raise NKIError(instr, f"imm must be a number, got {type(imm).__name__}")
+    pos = _match8(values, wanted, reverse=True)
+    index = None if dst_idx is None else _index_output(instr, dst_idx, data.partitions, pos)
+    out = values.copy()
+    rows = np.broadcast_to(np.arange(data.partitions)[:, None], pos.shape)
+    out[rows[pos >= 0], pos[pos >= 0]] = np.float32(imm)
+    _write(dst, out.reshape(dst.shape))
+    if index is not None:
+        _store(dst_idx, index)
+    _record(instr, "vector", [dst] + ([dst_idx] if dst_idx is not None else []), [data, vals],
+            ("reduce", data.free_size))

@@ -510,3 +510,43 @@ def test_match_replace8_rules():
 
     with pytest.raises(NKIError, match=r"dst shape \(4, 8\) must match data shape \(4, 16\)"):
         bad_dst(np.zeros((4, 16), np.float32))
+
+
+@pytest.mark.parametrize("data_shape, idx_shape, dtype", [((16, 100), (16, 8), np.float32),
+                                                          ((128, 4, 32), (128, 2, 5), ml_dtypes.bfloat16)])
+def test_nc_n_gather_gathers_within_each_partition(data_shape, idx_shape, dtype):
+    @nki.jit
+    def gather(x, i):
+        t, ii = nl.load(x), nl.load(i)
+        d = nl.ndarray(i.shape, x.dtype, buffer=nl.sbuf)
+        nisa.nc_n_gather(dst=d, data=t, indices=ii)
+        out = nl.ndarray(i.shape, x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, d)
+        return out
+
+    x = RNG.standard_normal(data_shape).astype(dtype)
+    free = int(np.prod(data_shape[1:]))
+    idx = RNG.integers(0, free, idx_shape).astype(np.uint32)
+    want = np.take_along_axis(x.reshape(data_shape[0], -1), idx.reshape(idx_shape[0], -1).astype(np.int64), 1)
+    np.testing.assert_array_equal(gather(x, idx), want.reshape(idx_shape))
+
+
+def test_nc_n_gather_rules():
+    def run(idx_dtype, dst_dtype, bad_index=False, psum=False):
+        @nki.jit
+        def k(x, i):
+            t, ii = nl.load(x), nl.load(i)
+            d = nl.ndarray(i.shape, dst_dtype, buffer=nl.psum if psum else nl.sbuf)
+            nisa.nc_n_gather(dst=d, data=t, indices=ii)
+
+        i = np.full((4, 8), 99 if bad_index else 1, idx_dtype)
+        k(np.zeros((4, 16), np.float32), i)
+
+    with pytest.raises(NKIError, match="indices dtype int32 must be uint32"):
+        run(np.int32, nl.float32)
+    with pytest.raises(NKIError, match="must be data's"):
+        run(np.uint32, nl.bfloat16)
+    with pytest.raises(NKIError, match="index 99 is past data's 16 elements"):
+        run(np.uint32, nl.float32, bad_index=True)
+    with pytest.raises(NKIError, match="GpSimd Engine cannot write"):
+        run(np.uint32, nl.float32, psum=True)

@@ -1,6 +1,7 @@
 """Smaller `nki.isa` names AWS's nki-library kernels call: the NeuronCore generation
-(`get_nc_version`, `nc_version`), the DMA engine's transpose (`dma_transpose`) and the Vector
-Engine's top-8 search (`max8`, `nc_find_index8`). Semantics and limits are AWS's NKI ISA reference
+(`get_nc_version`, `nc_version`), the DMA engine's transpose (`dma_transpose`), the Vector
+Engine's top-8 search (`max8`, `nc_find_index8`, `nc_match_replace8`) and the GpSimd Engine's
+per-partition gather (`nc_n_gather`). Semantics and limits are AWS's NKI ISA reference
 (Neuron SDK 2.29-2.33 pages of each name); docs/nki.md says what the simulator does.
 """
 
@@ -194,3 +195,32 @@ def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None):
         _store(dst_idx, index)
     _record(instr, "vector", [dst] + ([dst_idx] if dst_idx is not None else []), [data, vals],
             ("reduce", data.free_size))
+
+
+def nc_n_gather(dst, data, indices, name=None):
+    """`nisa.nc_n_gather(dst, data, indices)`: per partition, dst = data's free elements (flattened)
+    at the positions in indices (GpSimd Engine, all in SBUF). indices uint32, dst data's dtype, the
+    same partitions; dst holds as many elements per partition as indices. A position past data's
+    free size is an error here (AWS does not document it)."""
+    from . import _access, _record, _store, _tensor
+
+    instr = "nisa.nc_n_gather"
+    dst, data, indices = (_tensor(dst, instr, "dst"), _tensor(data, instr, "data"),
+                          _tensor(indices, instr, "indices"))
+    _access(instr, "gpsimd", reads=[("data", data), ("indices", indices)], writes=[("dst", dst)])
+    if not data.partitions == indices.partitions == dst.partitions:
+        raise NKIError(instr, f"data {data.shape}, indices {indices.shape} and dst {dst.shape} must have "
+                       "the same partition size (the gather stays within each partition)",
+                       "use nisa.local_gather or a DMA to move data across partitions")
+    if indices.alloc.dtype_name != "uint32":
+        raise NKIError(instr, f"indices dtype {indices.alloc.dtype_name} must be uint32", "cast with nl.copy")
+    if dst.dtype != data.dtype:
+        raise NKIError(instr, f"dst dtype {dst.alloc.dtype_name} must be data's ({data.alloc.dtype_name})")
+    if dst.free_size != indices.free_size:
+        raise NKIError(instr, f"dst {dst.shape} must hold indices' {indices.free_size} elements per partition")
+    idx = indices.data.reshape(indices.partitions, -1).astype(np.int64)
+    flat = data.data.reshape(data.partitions, -1)
+    if idx.size and (idx.max() >= flat.shape[1]):
+        raise NKIError(instr, f"index {int(idx.max())} is past data's {flat.shape[1]} elements per partition")
+    _store(dst, np.take_along_axis(flat, idx, axis=1).reshape(dst.shape))
+    _record(instr, "gpsimd", [dst], [data, indices], ("elementwise", dst.free_size))

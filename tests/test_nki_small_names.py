@@ -550,3 +550,86 @@ def test_nc_n_gather_rules():
         run(np.uint32, nl.float32, bad_index=True)
     with pytest.raises(NKIError, match="GpSimd Engine cannot write"):
         run(np.uint32, nl.float32, psum=True)
+
+
+# ---------------------------------------------------------------------------- nonzero_with_count / nc_stream_shuffle
+@pytest.mark.parametrize("partitions, free, offset, pad", [(128, 64, 0, -1), (32, 16, 100, 7)])
+def test_nonzero_with_count_on_each_gpsimd_cores_first_partition(partitions, free, offset, pad):
+    @nki.jit
+    def k(x):
+        t = nl.load(x)
+        d = nl.ndarray((x.shape[0], x.shape[1] + 1), nl.int32, buffer=nl.sbuf)
+        nisa.memset(d, 5)
+        nisa.nonzero_with_count(dst=d, src=t, index_offset=offset, padding_val=pad)
+        out = nl.ndarray(d.shape, nl.int32, buffer=nl.shared_hbm)
+        nl.store(out, d)
+        return out
+
+    x = (RNG.random((partitions, free)) < 0.3).astype(np.float32) * RNG.standard_normal((partitions, free))
+    x = x.astype(np.float32)
+    got = k(x)
+    want = np.full((partitions, free + 1), 5, np.int32)  # other partitions keep their values
+    for lane in range(0, partitions, 16):
+        nz = np.flatnonzero(x[lane])
+        want[lane, :free] = pad
+        want[lane, :nz.size] = nz + offset
+        want[lane, free] = nz.size
+    np.testing.assert_array_equal(got, want)
+
+
+def test_nonzero_with_count_rules():
+    @nki.jit
+    def k(x):
+        d = nl.ndarray((x.shape[0], x.shape[1]), nl.int32, buffer=nl.sbuf)
+        nisa.nonzero_with_count(dst=d, src=nl.load(x))
+
+    with pytest.raises(NKIError, match="one more element per partition"):
+        k(np.zeros((16, 8), np.float32))
+
+
+@pytest.mark.parametrize("partitions", [32, 128])
+def test_nc_stream_shuffle_moves_partitions_within_quadrants(partitions):
+    mask = list(RNG.permutation(32)[:30]) + [255, 255]
+
+    @nki.jit
+    def k(x, in_place):
+        t = nl.load(x)
+        if in_place:
+            nisa.nc_stream_shuffle(dst=t, src=t, shuffle_mask=mask)
+            d = t
+        else:
+            d = nl.ndarray(x.shape, x.dtype, buffer=nl.psum)
+            nisa.memset(d, -3.0)
+            nisa.nc_stream_shuffle(dst=d, src=t, shuffle_mask=mask)
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        s = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(s, d)
+        nl.store(out, s)
+        return out
+
+    x = RNG.standard_normal((partitions, 24)).astype(np.float32)
+    for in_place, keep in ((True, x), (False, np.full_like(x, -3.0))):
+        want = keep.copy()
+        for q in range(0, partitions, 32):
+            for i, m in enumerate(mask):
+                if m != 255:
+                    want[q + i] = x[q + m]
+        np.testing.assert_array_equal(k(x, in_place), want)
+
+
+def test_nc_stream_shuffle_rules():
+    @nki.jit
+    def k(x, mask, dst_dtype):
+        t = nl.load(x)
+        d = nl.ndarray(x.shape, dst_dtype, buffer=nl.sbuf)
+        nisa.nc_stream_shuffle(dst=d, src=t, shuffle_mask=mask)
+
+    x = np.zeros((32, 4), np.float32)
+    with pytest.raises(NKIError, match="32 entries"):
+        k(x, [0] * 16, nl.float32)
+    with pytest.raises(NKIError, match="32 entries"):
+        k(x, [40] * 32, nl.float32)
+    with pytest.raises(NKIError, match="must be src's"):
+        k(x, list(range(32)), nl.bfloat16)
+    with pytest.raises(NKIError, match="past src's 16 partitions"):
+        k(np.zeros((16, 4), np.float32), [20] + [255] * 31, nl.float32)

@@ -1,7 +1,8 @@
 """Smaller `nki.isa` names AWS's nki-library kernels call: the NeuronCore generation
 (`get_nc_version`, `nc_version`), the DMA engine's transpose (`dma_transpose`), the Vector
-Engine's top-8 search (`max8`, `nc_find_index8`, `nc_match_replace8`) and the GpSimd Engine's
-per-partition gather (`nc_n_gather`). Semantics and limits are AWS's NKI ISA reference
+Engine's top-8 search (`max8`, `nc_find_index8`, `nc_match_replace8`) the GpSimd Engine's
+per-partition gather and nonzero search (`nc_n_gather`, `nonzero_with_count`) and the Vector
+Engine's cross-partition shuffle (`nc_stream_shuffle`). Semantics and limits are AWS's NKI ISA reference
 (Neuron SDK 2.29-2.33 pages of each name); docs/nki.md says what the simulator does.
 """
 
@@ -224,3 +225,73 @@ def nc_n_gather(dst, data, indices, name=None):
         raise NKIError(instr, f"index {int(idx.max())} is past data's {flat.shape[1]} elements per partition")
     _store(dst, np.take_along_axis(flat, idx, axis=1).reshape(dst.shape))
     _record(instr, "gpsimd", [dst], [data, indices], ("elementwise", dst.free_size))
+
+
+_GPSIMD_CORE_PARTITIONS = 16  # each of the 8 GpSimd cores connects to 16 contiguous SBUF partitions
+
+
+def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None):
+    """`nisa.nonzero_with_count(dst, src, index_offset=0, padding_val=-1)` (GpSimd Engine,
+    NeuronCore-v3+): on partitions 0, 16, ..., 112 only (each GpSimd core's first partition), dst's
+    free elements are the positions of src's nonzero free elements (flattened, plus index_offset),
+    then padding_val, then the count; dst holds one more element per partition than src. Other
+    partitions of dst are left as they were."""
+    from . import _access, _record, _tensor, _write
+
+    instr = "nisa.nonzero_with_count"
+    dst, src = _tensor(dst, instr, "dst"), _tensor(src, instr, "src")
+    _access(instr, "gpsimd", reads=[("src", src)], writes=[("dst", dst)])
+    if get_nc_version() < nc_version.gen3:
+        raise NKIError(instr, "available only on NeuronCore-v3 and newer")
+    if dst.partitions != src.partitions or dst.free_size != src.free_size + 1:
+        raise NKIError(instr, f"dst shape {dst.shape} must have src's partitions and one more element per "
+                       f"partition than src {src.shape} (the last one holds the count)")
+    lanes = np.arange(0, src.partitions, _GPSIMD_CORE_PARTITIONS)
+    values = src.data.reshape(src.partitions, -1)[lanes].astype(np.float32)
+    out = dst.data.reshape(dst.partitions, -1).astype(np.float32)  # untouched partitions keep their values
+    t = values.shape[1]
+    for row, lane in zip(values, lanes):
+        nz = np.flatnonzero(row)
+        out[lane, :t] = padding_val
+        out[lane, :nz.size] = nz + index_offset
+        out[lane, t] = nz.size
+    where = np.zeros(dst.shape[:1] + (dst.free_size,), bool)
+    where[lanes] = True
+    _write(dst, out, where=where.reshape(dst.shape))
+    _record(instr, "gpsimd", [dst], [src], ("elementwise", src.free_size))
+
+
+_QUADRANT = 32
+
+
+def nc_stream_shuffle(dst, src, shuffle_mask, name=None):
+    """`nisa.nc_stream_shuffle(dst, src, shuffle_mask)` (Vector Engine, SBUF or PSUM): within each
+    quadrant of 32 partitions, dst partition i = src partition shuffle_mask[i] of the same quadrant;
+    255 leaves dst partition i unchanged. The same 32-entry mask applies to every quadrant; in place
+    (dst is src) is allowed. dst has src's dtype, partitions and elements per partition. AWS's rules
+    on the start partitions of src and dst are not modeled."""
+    from . import _access, _record, _store, _tensor
+
+    instr = "nisa.nc_stream_shuffle"
+    dst, src = _tensor(dst, instr, "dst"), _tensor(src, instr, "src")
+    _access(instr, "vector", reads=[("src", src)], writes=[("dst", dst)])
+    mask = [int(m) for m in shuffle_mask]
+    if len(mask) != _QUADRANT or any(not (0 <= m < _QUADRANT or m == 255) for m in mask):
+        raise NKIError(instr, f"shuffle_mask must be 32 entries, each a partition 0..31 of the quadrant or "
+                       f"255 (leave unchanged); got {len(mask)} entries {mask[:8]}...")
+    if dst.dtype != src.dtype:
+        raise NKIError(instr, f"dst dtype {dst.alloc.dtype_name} must be src's ({src.alloc.dtype_name})")
+    if dst.partitions != src.partitions or dst.free_size != src.free_size:
+        raise NKIError(instr, f"dst {dst.shape} must have src's partitions and elements per partition {src.shape}")
+    p = src.partitions
+    data = src.data.reshape(p, -1).copy()          # read before writing: in-place shuffles are allowed
+    out = dst.data.reshape(p, -1).copy()
+    for q in range(0, p, _QUADRANT):
+        for i, m in enumerate(mask):
+            if m == 255 or q + i >= p:
+                continue
+            if q + m >= p:
+                raise NKIError(instr, f"shuffle_mask[{i}] = {m} reads partition {q + m}, past src's {p} partitions")
+            out[q + i] = data[q + m]
+    _store(dst, out.reshape(dst.shape))
+    _record(instr, "vector", [dst], [src], ("elementwise", src.free_size))

@@ -633,3 +633,22 @@ def test_nc_stream_shuffle_rules():
         k(x, list(range(32)), nl.bfloat16)
     with pytest.raises(NKIError, match="past src's 16 partitions"):
         k(np.zeros((16, 4), np.float32), [20] + [255] * 31, nl.float32)
+
+
+def test_nc_stream_shuffle_broadcasts_one_partition():
+    """nki-library's stream_shuffle_broadcast: src [1, F], mask of zeros, dst up to 32 partitions
+    per call (one call per quadrant of dst)."""
+    @nki.jit
+    def bcast(x, n):
+        t = nl.load(x)
+        d = nl.ndarray((n, x.shape[1]), x.dtype, buffer=nl.sbuf)
+        for q in range((n + 31) // 32):
+            rows = min(32, n - q * 32)
+            nisa.nc_stream_shuffle(dst=d[q * 32:q * 32 + rows, :], src=t[0:1, :], shuffle_mask=[0] * 32)
+        out = nl.ndarray(d.shape, x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, d)
+        return out
+
+    x = RNG.standard_normal((1, 40)).astype(ml_dtypes.bfloat16)
+    for n in (7, 32, 100):
+        np.testing.assert_array_equal(bcast(x, n), np.repeat(x, n, axis=0))

@@ -266,10 +266,12 @@ _QUADRANT = 32
 
 def nc_stream_shuffle(dst, src, shuffle_mask, name=None):
     """`nisa.nc_stream_shuffle(dst, src, shuffle_mask)` (Vector Engine, SBUF or PSUM): within each
-    quadrant of 32 partitions, dst partition i = src partition shuffle_mask[i] of the same quadrant;
-    255 leaves dst partition i unchanged. The same 32-entry mask applies to every quadrant; in place
-    (dst is src) is allowed. dst has src's dtype, partitions and elements per partition. AWS's rules
-    on the start partitions of src and dst are not modeled."""
+    quadrant of 32 partitions, dst partition i = src partition shuffle_mask[i] of the same quadrant
+    (counted from each tensor's first partition); 255 leaves dst partition i unchanged. The same
+    32-entry mask applies to every quadrant; in place (dst is src) is allowed. dst has src's dtype
+    and elements per partition; the partition counts may differ (nki-library broadcasts a
+    1-partition src onto up to 32 dst partitions with a mask of zeros). AWS's rules on the start
+    partitions of src and dst are not modeled."""
     from . import _access, _record, _store, _tensor
 
     instr = "nisa.nc_stream_shuffle"
@@ -281,17 +283,18 @@ def nc_stream_shuffle(dst, src, shuffle_mask, name=None):
                        f"255 (leave unchanged); got {len(mask)} entries {mask[:8]}...")
     if dst.dtype != src.dtype:
         raise NKIError(instr, f"dst dtype {dst.alloc.dtype_name} must be src's ({src.alloc.dtype_name})")
-    if dst.partitions != src.partitions or dst.free_size != src.free_size:
-        raise NKIError(instr, f"dst {dst.shape} must have src's partitions and elements per partition {src.shape}")
-    p = src.partitions
-    data = src.data.reshape(p, -1).copy()          # read before writing: in-place shuffles are allowed
-    out = dst.data.reshape(p, -1).copy()
-    for q in range(0, p, _QUADRANT):
-        for i, m in enumerate(mask):
-            if m == 255 or q + i >= p:
-                continue
-            if q + m >= p:
-                raise NKIError(instr, f"shuffle_mask[{i}] = {m} reads partition {q + m}, past src's {p} partitions")
-            out[q + i] = data[q + m]
+    if dst.free_size != src.free_size:
+        raise NKIError(instr, f"dst {dst.shape} must have src's elements per partition {src.shape}")
+    data = src.data.reshape(src.partitions, -1).copy()   # read before writing: in-place shuffles are allowed
+    out = dst.data.reshape(dst.partitions, -1).copy()
+    for row in range(dst.partitions):
+        m = mask[row % _QUADRANT]
+        if m == 255:
+            continue
+        source = row - row % _QUADRANT + m
+        if source >= src.partitions:
+            raise NKIError(instr, f"shuffle_mask[{row % _QUADRANT}] = {m} makes dst partition {row} read src "
+                           f"partition {source}, past src's {src.partitions} partitions")
+        out[row] = data[source]
     _store(dst, out.reshape(dst.shape))
     _record(instr, "vector", [dst], [src], ("elementwise", src.free_size))

@@ -28,11 +28,65 @@ from .shared_constant import shared_constant
 from .spmd import nc, spmd_dim
 from .tensor import NkiTensor, box, ds, hbm, private_hbm, psum, sbuf, shared_hbm
 
-tile_size = types.SimpleNamespace(
-    pmax=128, psum_fmax=512, gemm_stationary_fmax=128, gemm_moving_fmax=512,
-    bn_stats_fmax=_isa.BN_STATS_FMAX, bn_stats_dim=_isa.BN_STATS_DIM, bn_aggr_dim=_isa.BN_AGGR_DIM,
-    psum_partition_bytes=16384, psum_bank_bytes=2048,
-)
+class _TileSize:
+    """`nl.tile_size`: the hardware's tile limits. The fixed ones are attributes; the ones that
+    depend on the NeuronCore generation are read from the target being simulated (the running
+    launch's, else the one NEURON_PLATFORM_TARGET_OVERRIDE selects), as AWS's are per target."""
+
+    pmax = 128
+    psum_fmax = 512              # FP32 elements per PSUM bank per partition (AWS: deprecated name)
+    psum_bank_fmax = 512
+    gemm_stationary_fmax = 128
+    gemm_moving_fmax = 512
+    bn_stats_fmax = _isa.BN_STATS_FMAX
+    bn_stats_dim = _isa.BN_STATS_DIM
+    bn_aggr_dim = _isa.BN_AGGR_DIM
+
+    @staticmethod
+    def _target():
+        from .runtime import active
+        from .targets import get_target
+
+        run = active()
+        return run.target if run is not None else get_target()
+
+    @property
+    def psum_bank_bytes(self) -> int:
+        return self._target().psum_bank_bytes
+
+    psum_fmax_bytes = psum_bank_fmax_bytes = psum_bank_bytes
+
+    @property
+    def psum_partition_bytes(self) -> int:
+        return self._target().psum_bytes_per_partition
+
+    @property
+    def psum_num_banks(self) -> int:
+        return self._target().psum_banks
+
+    @property
+    def total_available_sbuf_size(self) -> int:
+        """Usable SBUF bytes per partition: the capacity the simulator's allocator enforces (AWS
+        subtracts bytes its runtime reserves, an amount it does not document; nothing is reserved here)."""
+        return self._target().sbuf_bytes_per_partition
+
+    sbuf_fmax_bytes = total_available_sbuf_size
+
+    @property
+    def sbuf_fmax(self) -> int:
+        return self._target().sbuf_bytes_per_partition // 4
+
+    @property
+    def sbuf_size_bytes(self) -> int:
+        return self.pmax * self._target().sbuf_bytes_per_partition
+
+    def __repr__(self):
+        names = ("pmax", "psum_fmax", "gemm_stationary_fmax", "gemm_moving_fmax", "bn_stats_fmax",
+                 "psum_num_banks", "total_available_sbuf_size")
+        return "nl.tile_size(" + ", ".join(f"{n}={getattr(self, n)}" for n in names) + ")"
+
+
+tile_size = _TileSize()
 
 
 class fp32:  # noqa: N801 - the NKI name
@@ -48,9 +102,30 @@ class NKIObject:
     or not, and plain classes with `__init__` and methods from it). Their fields hold Python values
     and tiles resolved while tracing; AWS's compiler needs the base to trace them. The simulator runs
     the kernel's Python as it is, so the base adds nothing: no state (`__slots__ = ()` keeps
-    subclasses' `__dict__`, dataclass equality and hashing their own)."""
+    subclasses' `__dict__`, dataclass equality and hashing their own).
+
+    One thing nki-library relies on (attention_cte's `SectionParams`): a `@dataclass` subclass's
+    plain class attributes without an annotation (`section_idx = None`) are constructor fields
+    (`SectionParams(section_idx=0)`). Python's dataclass ignores them, so each subclass gives them
+    an annotation when it is created (after the annotated ones, keeping their defaults); AWS does
+    not document this, its kernels just construct them so."""
 
     __slots__ = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__annotations__")
+        if own is None:
+            own = {}
+            try:
+                cls.__annotations__ = own
+            except (AttributeError, TypeError):
+                return
+        for key, value in list(cls.__dict__.items()):
+            if (key.startswith("_") or key in own or callable(value)
+                    or isinstance(value, (staticmethod, classmethod, property))):
+                continue
+            own[key] = "typing.Any"
 
 
 def static_cast(x, dtype):
@@ -164,17 +239,45 @@ def program_ndim() -> int:
 def affine_range(start, stop=None, step=1, directives=None):
     """Iterations without loop-carried dependencies (the compiler may reorder/pipeline them).
     Resolved at trace time: a Python range."""
-    return range(start, stop, step) if stop is not None else range(start)
+    return builtins.range(start, stop, step) if stop is not None else builtins.range(start)
 
 
 def sequential_range(start, stop=None, step=1, directives=None):
     """Iterations that must run in order (loop-carried dependency). A Python range."""
-    return range(start, stop, step) if stop is not None else range(start)
+    return builtins.range(start, stop, step) if stop is not None else builtins.range(start)
 
 
 def static_range(start, stop=None, step=1, directives=None):
     """Fully unrolled loop. A Python range."""
-    return range(start, stop, step) if stop is not None else range(start)
+    return builtins.range(start, stop, step) if stop is not None else builtins.range(start)
+
+
+def range(start, stop=None, step=1, directives=None):  # noqa: A001 - the NKI name
+    """`nl.range`: a loop iterator like the three above (nki-library's experimental kernels use
+    it). Resolved at trace time: a Python range."""
+    return builtins.range(start, stop, step) if stop is not None else builtins.range(start)
+
+
+def shared_identity_matrix(n, dtype=uint8, dst=None, name=None):
+    """`nl.shared_identity_matrix(n, dtype=nl.uint8)`: an [n, n] identity matrix in SBUF (AWS shares
+    one per dtype among the kernel's uses; here each call fills its own tile, recorded as one DMA of
+    the constant from HBM). n is the partition count, 1..128. `dst=`: an SBUF [n, n] tile to fill
+    instead of a new one (it is also returned)."""
+    instr = "nl.shared_identity_matrix"
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= tile_size.pmax:
+        raise NKIError(instr, f"n={n!r} must be an int from 1 to {tile_size.pmax}: the matrix's rows are "
+                       "SBUF partitions", "build larger identities from 128 x 128 blocks")
+    n = int(n)
+    if dst is None:
+        dst = _new((n, n), dtype, sbuf, name, instr)
+    else:
+        dst = _isa._tensor(dst, instr, "dst")
+        if dst.buffer.kind != "sbuf" or tuple(dst.shape) != (n, n):
+            raise NKIError(instr, f"dst must be an SBUF [{n}, {n}] tile, got {dst.shape} in {dst.buffer!r}",
+                           f"allocate it with nl.ndarray(({n}, {n}), dtype, buffer=nl.sbuf)")
+    _isa._write(dst, np.eye(n, dtype=np.float32))
+    _isa._record(instr, "dma", [dst], [], ("dma", dst.nbytes, dst.nbytes / n), nbytes=dst.nbytes)
+    return dst
 
 
 # ---------------------------------------------------------------------------- data movement
@@ -418,7 +521,8 @@ __all__ = [
     "float16", "bfloat16", "tfloat32", "float32", "bool_",
     "float8_e4m3fn_x4", "float8_e5m2_x4", "float4_e2m1fn_x4", "float8_e8m0fnu",
     "ndarray", "zeros", "ones", "full", "zeros_like", "ndarray_like",
-    "program_id", "num_programs", "program_ndim", "affine_range", "sequential_range", "static_range",
+    "program_id", "num_programs", "program_ndim", "affine_range", "sequential_range", "static_range", "range",
+    "shared_identity_matrix",
     "load", "store", "copy", "matmul", "transpose", "random_seed", "dropout", "sum", "max", "min", "prod", "mean",
     *_ops.UNARY, *_ops.BINARY,
 ]

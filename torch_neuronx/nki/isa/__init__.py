@@ -911,10 +911,13 @@ def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
     _record(instr, "gpsimd", [dst], [], ("gpsimd", dst.free_size))
 
 
-def affine_select(dst, pattern, offset, channel_multiplier, on_true_tile, on_false_value, cmp_op=None,
-                  name=None):
+def affine_select(dst, pattern, offset=0, channel_multiplier=0, on_true_tile=None, on_false_value=None,
+                  cmp_op=None, name=None):
     """dst = on_true_tile where cmp_op(affine expression, 0) else on_false_value (GpSimd Engine).
-    The expression is the iota one; cmp_op defaults to nl.greater_equal (causal masks)."""
+    The expression is the iota one; cmp_op defaults to nl.greater_equal (causal masks). AWS's
+    reference lists offset as required; nki-library's kernels (cascaded_max) omit it: 0 here."""
+    if on_true_tile is None or on_false_value is None:
+        raise NKIError("nisa.affine_select", "on_true_tile and on_false_value are required")
     token = _ops.resolve(cmp_op if cmp_op is not None else _ops.BINARY["greater_equal"], "nisa.affine_select", 2)
     select_where(dst, on_true_tile, on_false_value, lambda d: token.fn(
         _affine("nisa.affine_select", d, pattern, offset, channel_multiplier), np.float32(0)) != 0)
@@ -994,3 +997,4 @@ for _name in _MASKED:
 del _name, _fn
 
 from .mx import nc_matmul_mx, quantize_mx  # noqa: E402,F401 - NeuronCore-v4 MX instructions (isa/mx.py)
+from .small import dma_transpose, get_nc_version, max8, nc_find_index8, nc_match_replace8, nc_n_gather, nc_stream_shuffle, nc_version, nonzero_with_count  # noqa: E402,F401 - isa/small.py

@@ -51,6 +51,30 @@ if _TORCH_SUPPORTED:
     from torch_neuronx.custom_op import nki_op, wrap_nki  # torch_neuronx.nki itself loads on first import
     from torch_neuronx.ops import clear_op_tracking, get_executed_ops, get_fallback_ops
 
+    def get_dynamo_metrics():
+        """torch.compile(backend="neuron") metrics: the list of per-graph records
+        (``NeuronCompilationMetrics``: graph_name, model_name, phase times, ...),
+        which also answers this project's aggregate counters by name
+        (``m["compiles"]``, ``m["cache_hits_disk"]``, ...); see compiler/metrics.py.
+        Compiles happen at a graph's first call, which waits for them, so no
+        synchronize is needed (TorchNeuron synchronizes here)."""
+        from torch_neuronx.compiler import get_dynamo_metrics as metrics
+
+        return metrics()
+
+    def reset_dynamo_metrics() -> None:
+        """Clears the per-graph records, the counters (also Dynamo's
+        ``counters["neuron"]`` and graph-break counts) and the neuron phase times in
+        ``torch._dynamo.utils.compilation_time_metrics``."""
+        from torch_neuronx.compiler import reset_dynamo_metrics as reset
+
+        reset()
+
+    # torch.neuron's names (as in TorchNeuron), defined here because torch.neuron sits below
+    # the compiler and imports it nowhere (tests/test_layers.py); the compiler loads on first call.
+    _neuron.get_dynamo_metrics = get_dynamo_metrics
+    _neuron.reset_dynamo_metrics = reset_dynamo_metrics
+
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ below serves these names
     from torch_neuronx.neuron import *  # noqa: F401, F403
 

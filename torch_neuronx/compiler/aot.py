@@ -31,23 +31,17 @@ def decomposition_table() -> dict:
             **_SHIFT_DECOMPOSITIONS}
 
 
-def _shift(op):
-    def decomposed(x, other):
-        return op(x, other)
-
-    return decomposed
-
-
 # `x >> n` and `x << n` trace as __rshift__ / __lshift__, which Core ATen keeps;
 # they are bitwise_right_shift / bitwise_left_shift (the same kernel and type
-# promotion in PyTorch), which have lowerings. Eagerly they take the CPU fallback,
-# as on TorchNeuron, whose compiler decomposes them the same way.
+# promotion in PyTorch, the same argument names), which have lowerings: each
+# overload maps to its counterpart as is. Eagerly they take the CPU fallback, as on
+# TorchNeuron, whose compiler decomposes them the same way.
 _aten = torch.ops.aten
 _SHIFT_DECOMPOSITIONS = {
-    _aten.__rshift__.Scalar: _shift(_aten.bitwise_right_shift.Tensor_Scalar),
-    _aten.__rshift__.Tensor: _shift(_aten.bitwise_right_shift.Tensor),
-    _aten.__lshift__.Scalar: _shift(_aten.bitwise_left_shift.Tensor_Scalar),
-    _aten.__lshift__.Tensor: _shift(_aten.bitwise_left_shift.Tensor),
+    _aten.__rshift__.Scalar: _aten.bitwise_right_shift.Tensor_Scalar,
+    _aten.__rshift__.Tensor: _aten.bitwise_right_shift.Tensor,
+    _aten.__lshift__.Scalar: _aten.bitwise_left_shift.Tensor_Scalar,
+    _aten.__lshift__.Tensor: _aten.bitwise_left_shift.Tensor,
 }
 
 

@@ -52,9 +52,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str, naming: d
     start = time.perf_counter()  # the FX passes (metrics.py): from here to the CompiledGraph
     if naming is None:  # a graph from AOTAutograd (not a piece of one)
         metrics.record_graph(kind)
-        model_name, graph_name = metrics.graph_name(kind)
-        naming = {"model_name": model_name, "graph_name": graph_name,
-                  "has_collectives": metrics.has_collectives(gm)}
+        naming = metrics.naming(kind, gm)
     float8.check_graph(gm)  # FP8 compute on this profile, float4 casts: refused with the user's line
     if any(is_custom_op(node) for node in gm.graph.nodes):
         pieces = itertools.count(1)

@@ -105,9 +105,7 @@ class CompiledGraph:
         self._setup(fx_pickle.loads_state(state["graph"]), state["name"], state["key"], state.get("draws", []))
         self.output_dtypes = state["output_dtypes"]
         # Loaded from AOTAutograd's disk cache: no FX passes ran in this process.
-        model_name, graph_name = metrics.graph_name(self.name)
-        self.naming = {"model_name": model_name, "graph_name": graph_name,
-                       "has_collectives": metrics.has_collectives(self.gm), "fx_passes_seconds": 0.0}
+        self.naming = metrics.naming(self.name, self.gm)
 
     # -- tracing ---------------------------------------------------------------
     def _interpret(self, seed, *arrays):

@@ -210,6 +210,15 @@ def graph_name(kind: str) -> tuple[str, str]:
     return model, f"{model}_{suffix}"
 
 
+def naming(kind: str, gm) -> dict:
+    """The names of the record of a graph of `kind` handed to the backend now, or
+    loaded from AOTAutograd's disk cache; its FX passes' time is 0 until
+    backend.compile_graph, which runs them, sets it."""
+    model_name, name = graph_name(kind)
+    return {"model_name": model_name, "graph_name": name, "has_collectives": has_collectives(gm),
+            "fx_passes_seconds": 0.0}
+
+
 _COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional", "_c10d_functional_autograd", "c10d")
 
 

@@ -348,7 +348,8 @@ def _retarget(dst, value, where) -> bool:
         return False
     _isa._write(dst, _isa._f32(value), where)
     if last.op in ("nisa.nc_matmul", "nisa.nc_matmul_mx") and dst.alloc.acc is not None and dst.partial is None:
-        _isa._set_group(dst, _isa.ACC_OPEN, _isa._mask_for(dst) if where is None else where)  # overwrote: a group starts
+        # the matmul overwrote dst: an accumulation group starts there
+        _isa._set_group(dst, _isa.ACC_OPEN, _isa._mask_for(dst) if where is None else where)
     last.writes = [(dst.alloc.id, box(dst)) if w == aid else (w, bx) for w, bx in last.writes]
     return True
 

@@ -118,6 +118,8 @@ def _allocation(run, kind: str, dtype) -> Allocation:
         alloc = Allocation(storage.shape, dtype, _sbuf if kind == "sbuf" else _psum, storage=storage)
         ids = run.direct_ids
         alloc.id = ids.setdefault(kind, alloc.id)
+        if kind == "psum":  # one accumulation-group state for every dtype view (isa.ACC_*)
+            alloc.acc = run.direct_acc.setdefault(kind, np.zeros(mem.nbytes, np.uint8))
         run.direct_allocs[key] = alloc
     return alloc
 
@@ -171,6 +173,10 @@ def allocate(run, shape, blocks: int, dtype, buf: DirectBuffer, instruction) -> 
     offsets = np.empty(bshape, dtype=np.int64)
     for idx in np.ndindex(*bshape):
         offsets[idx] = _place(run, buf, idx, pdim, fdim, shape, itemsize, instruction)
+    if alloc.acc is not None:  # a new PSUM tensor: no matmul accumulation group is open in it
+        rows = np.arange(pdim)[:, None] * alloc.rowbytes
+        for off in np.unique(offsets):
+            alloc.acc[(off + rows + np.arange(fdim)[None, :]).ravel()] = 0
     tile_strides = (alloc.rowbytes,) + tuple(itemsize * math.prod(free[k + 1:]) for k in range(len(free)))
     return _view(alloc, offsets, (pdim,) + tuple(free), tile_strides)
 

@@ -229,9 +229,7 @@ def _simulate(kernel: Kernel, grid: tuple, run: Run, args, kwargs, torch_mode: b
         with single_threaded():
             result = None
             for pid in itertools.product(*(range(g) for g in grid)):
-                run.program_id = pid
-                run.shared_index = 0
-                run.accumulators.clear()  # a program starts with the registers' state unknown
+                run.start_program(pid)
                 result = kernel.func(*cargs, **ckwargs)
     finally:
         set_run(previous)

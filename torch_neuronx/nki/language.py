@@ -347,13 +347,21 @@ def _retarget(dst, value, where) -> bool:
             or dst.partitions != value.partitions or dst.free_size != value.free_size):
         return False
     _isa._write(dst, _isa._f32(value), where)
+    if last.op in ("nisa.nc_matmul", "nisa.nc_matmul_mx") and dst.alloc.acc is not None and dst.partial is None:
+        # the matmul overwrote dst: an accumulation group starts there
+        _isa._set_group(dst, _isa.ACC_OPEN, _isa._mask_for(dst) if where is None else where)
     last.writes = [(dst.alloc.id, box(dst)) if w == aid else (w, bx) for w, bx in last.writes]
     return True
 
 
 def accumulate(dst, value):
     """`t[i] += value`. A matmul result just computed into PSUM accumulates into a PSUM dst on the
-    Tensor Engine (`psum[...] += nisa.nc_matmul(...)`); anything else is dst + value written to dst."""
+    Tensor Engine (`psum[...] += nisa.nc_matmul(...)`); anything else is dst + value written to dst.
+
+    The Tensor Engine form follows PSUM's accumulation groups (isa.ACC_*): it adds onto an open
+    group or onto a value another instruction wrote (`nl.zeros(..., buffer=nl.psum)`, then `+=`), and
+    starts a new group, overwriting, where none is open: on fresh memory, after the group's result was
+    read out, or in a newly allocated tile (AWS's compiler starts the group at the contraction loop)."""
     trace = current("tensor accumulation").trace
     last = trace[-1] if trace else None
     if (isinstance(value, NkiTensor) and dst.buffer.kind == "psum" and value.buffer.kind == "psum"
@@ -362,7 +370,11 @@ def accumulate(dst, value):
         _isa._same_layout("tensor accumulation", dst, value, "value")
         valid = value.alloc.valid
         where = None if valid is None else np.broadcast_to(valid.reshape(dst.shape), dst.shape)
-        _isa._write(dst, _isa._f32(dst) + _isa._f32(value).reshape(dst.shape), where)
+        state = _isa._group_state(dst)
+        adds = (state == _isa.ACC_OPEN) | (state == _isa.ACC_VALUE)
+        product = _isa._f32(value).reshape(dst.shape)
+        _isa._write(dst, np.where(adds, _isa._f32(dst) + product, product), where)
+        _isa._set_group(dst, _isa.ACC_OPEN, _isa._mask_for(dst) if where is None else where)
         last.writes = [(dst.alloc.id, box(dst)) if w == value.alloc.id else (w, bx) for w, bx in last.writes]
         last.reads = last.reads + [(dst.alloc.id, box(dst))]
         return dst

@@ -15,6 +15,8 @@ import math
 import threading
 import weakref
 
+import numpy as np
+
 from . import dtypes as _dt
 from .errors import NKIError, kernel_location
 from .targets import Target
@@ -63,6 +65,20 @@ class Run:
         self.direct_memory: dict = {}
         self.direct_allocs: dict = {}
         self.direct_ids: dict = {}
+        self.direct_acc: dict = {}  # PSUM: the accumulation-group state of the physical memory
+
+    def start_program(self, pid) -> None:
+        """A program of the grid starts on its own NeuronCore (AWS: with LNC 2 each program is one
+        physical core): the engines' accumulation registers are unknown, its directly allocated
+        SBUF/PSUM holds no data of an earlier program (poisoned again) and no matmul
+        accumulation group is open."""
+        self.program_id = pid
+        self.shared_index = 0
+        self.accumulators.clear()
+        for mem in self.direct_memory.values():
+            mem.fill(0xFF)
+        for acc in self.direct_acc.values():
+            acc.fill(0)
 
     # ------------------------------------------------------------------ memory
     def allocate(self, shape, dtype, buffer, name=None, instruction="nl.ndarray", address=None) -> NkiTensor:
@@ -99,7 +115,7 @@ class Run:
             weakref.finalize(alloc, self._release_sbuf, per_partition)
         else:
             banks = self._reserve_psum(per_partition, shape, instruction)
-            alloc.acc = None
+            alloc.acc = np.zeros(alloc.storage.nbytes, np.uint8)  # matmul accumulation groups (isa.ACC_*)
             weakref.finalize(alloc, self._release_psum, banks)
         if not blocks:
             return NkiTensor(alloc, alloc.storage)

@@ -156,6 +156,10 @@ def _access(instr, eng, reads=(), writes=()):
                            f"{t.buffer!r} (it writes {_names(_WRITES[eng])})", hint)
         if not t.data.flags.writeable:
             raise NKIError(instr, f"{role} is a broadcast view and cannot be written")
+    if eng != "tensor":
+        for _, t in reads:
+            if t.buffer.kind == "psum":
+                _drain(t)
 
 
 def _names(kinds):
@@ -189,8 +193,6 @@ def _write(t: NkiTensor, values, where=None) -> None:
         cast = np.empty(t.shape, t.data.dtype)
         _dt.cast_into(cast, values, t.dtype)
         _store(t, cast, where)
-    if t.alloc.acc is not None and t.partial is None:
-        _acc_view(t)[...] = 0.0  # any other write ends a matmul accumulation group
 
 
 def _store(t: NkiTensor, values, where=None) -> None:
@@ -210,16 +212,50 @@ def _written(t: NkiTensor, where) -> None:
     alloc.written = True
     if t.data is alloc.storage:  # which elements of a whole (helper-result) tile hold values
         alloc.valid = None if where is None else np.array(where)
+    if alloc.acc is not None and t.partial is None:  # a PSUM value: any write but a matmul's ends a group
+        _set_group(t, ACC_VALUE, where)
 
 
-def _acc_view(t: NkiTensor) -> np.ndarray:
+# ---------------------------------------------------------------------------- PSUM accumulation groups
+# The state of each PSUM element (alloc.acc: one byte per byte of PSUM, shared by every dtype view
+# of directly allocated memory), what a matmul with accumulate=None or `psum[...] += matmul` does:
+ACC_FRESH = 0    # nothing written since the tile was allocated: a matmul or += overwrites
+ACC_OPEN = 1     # a matmul accumulation group is open: a matmul (accumulate=None) or += adds
+ACC_VALUE = 2    # written by another instruction (memset, copy, ...): a matmul overwrites, += adds
+ACC_DRAINED = 3  # a group whose result was read out: the next matmul or += starts a new group
+
+
+def _acc_bytes(t: NkiTensor) -> np.ndarray:
+    """The accumulation state of t's elements: [*t.shape, itemsize] bytes (a view of alloc.acc)."""
+    alloc = t.alloc
+    if alloc.acc is None:
+        alloc.acc = np.zeros(alloc.storage.nbytes, dtype=np.uint8)
+    return np.ndarray(t.data.shape + (t.data.itemsize,), np.uint8, buffer=alloc.acc, offset=t.offset,
+                      strides=t.data.strides + (1,))
+
+
+def _group_state(t: NkiTensor) -> np.ndarray:
     if t.partial is not None:
         raise NKIError("nisa.nc_matmul", f"the PSUM destination is out of bounds: {t.partial.violation}",
                        "keep a matmul's destination inside its tile")
-    alloc = t.alloc
-    if alloc.acc is None:
-        alloc.acc = np.zeros(alloc.storage.shape, dtype=alloc.storage.dtype)
-    return np.ndarray(t.data.shape, alloc.acc.dtype, buffer=alloc.acc, offset=t.offset, strides=t.data.strides)
+    return _acc_bytes(t)[..., 0]
+
+
+def _set_group(t: NkiTensor, state, where=None) -> None:
+    state_bytes = _acc_bytes(t)
+    if where is None:
+        state_bytes[...] = state
+    else:
+        np.copyto(state_bytes, np.uint8(state), where=np.broadcast_to(where, t.shape)[..., None])
+
+
+def _drain(t: NkiTensor) -> None:
+    """A Vector / Scalar Engine read of PSUM ends the matmul accumulation groups it reads: the
+    next matmul with accumulate=None (or `+=`) there starts a new group (see docs/nki.md)."""
+    if t.alloc.acc is None or t.partial is not None:
+        return
+    state = _acc_bytes(t)
+    state[state == ACC_OPEN] = ACC_DRAINED
 
 
 def _scalar_operand(value, instr, role, partitions, eng):
@@ -306,7 +342,7 @@ def tensor_copy(dst, src, engine=None, name=None, dtype=None):
     _access(instr, eng, reads=[("src", src)], writes=[("dst", dst)])
     _same_layout(instr, dst, src, "src")
     _packed_copy(instr, dst, src)
-    if dst.dtype == src.dtype and dst.dtype is not _dt.tfloat32 and dst.alloc.acc is None:
+    if dst.dtype == src.dtype and dst.dtype is not _dt.tfloat32:
         _store(dst, src.data.reshape(dst.shape))
     else:
         _write(dst, _f32(src))
@@ -385,19 +421,30 @@ def _matmul_mask(dst, mv):
     return np.broadcast_to(over_moving.any(axis=0, keepdims=True), (dst.partitions, dst.free_size)).reshape(dst.shape)
 
 
-def _matmul_write(dst, result, accumulate, where=None):
+def _matmul_write(dst, result, accumulate, where=None, adds=(ACC_OPEN,), instr="nisa.nc_matmul"):
+    """Write a matmul result into PSUM: accumulate=True adds, False overwrites, None adds where an
+    accumulation group is open (state in `adds`) and overwrites elsewhere, starting a group."""
     result = result.reshape(dst.shape)
-    acc = _acc_view(dst)
     if accumulate is None:
-        started = acc != 0
+        started = np.isin(_group_state(dst), adds)
         if started.all():
             result = _f32(dst) + result
         elif started.any():
             result = np.where(started, _f32(dst) + result, result)
     elif accumulate:
+        fresh = _group_state(dst) == ACC_FRESH
+        if where is not None or _mask_for(dst) is not None:
+            fresh &= np.broadcast_to(_mask_for(dst) if where is None else where, dst.shape)
+        if fresh.any():
+            first = np.argwhere(fresh)[0].tolist()
+            raise NKIError(instr, f"accumulate=True adds onto PSUM elements that no instruction has written since "
+                           f"their tile was allocated ({int(fresh.sum())} of {fresh.size}, the first at "
+                           f"index {first}): AWS documents this as undefined behavior, the first matmul of an "
+                           "accumulation group must overwrite", "start the group with accumulate=False (e.g. "
+                           "accumulate=(k > 0) in the contraction loop) or leave accumulate=None")
         result = _f32(dst) + result
     _store(dst, result, where)
-    acc[...] = 1.0
+    _set_group(dst, ACC_OPEN, _mask_for(dst) if where is None else where)
 
 
 def _check_psum_bank(instr, dst):

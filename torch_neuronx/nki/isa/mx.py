@@ -213,7 +213,7 @@ def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_p
     b = _dequantize(mv, ms, k, n)  # [K, N, 4]
     with np.errstate(invalid="ignore", over="ignore"):
         result = a.transpose(0, 2, 1).reshape(4 * k, m).T @ b.transpose(0, 2, 1).reshape(4 * k, n)
-    _matmul_write(dst, result.astype(np.float32), accumulate)
+    _matmul_write(dst, result.astype(np.float32), accumulate, instr="nisa.nc_matmul_mx")
     _record(instr, "tensor", [dst], [st, mv, ss, ms], ("matmul", m, n, "mx"), flops=2 * 4 * k * m * n,
             matmul_dtype="mx")
 

@@ -13,7 +13,7 @@ See docs/nki.md.
 
 from torch_neuronx import _nki_aliases
 
-from . import compiler, isa, language, typing
+from . import collectives, compiler, isa, language, typing
 from .dtypes import dtype
 from .cost import BenchmarkResult, dma_efficiency, roofline_us
 from .errors import NKIError
@@ -27,7 +27,7 @@ from .tensor import NkiTensor
 _nki_aliases.install()
 
 __all__ = [
-    "compiler", "isa", "language", "typing", "dtype", "jit", "Kernel", "Launcher", "simulate", "simulate_kernel", "cpu_simulate", "baremetal",
+    "collectives", "compiler", "isa", "language", "typing", "dtype", "jit", "Kernel", "Launcher", "simulate", "simulate_kernel", "cpu_simulate", "baremetal",
     "benchmark", "profile",
     "BenchmarkResult", "roofline_us", "dma_efficiency", "NKIError", "NkiTensor", "Instr",
     "TARGETS", "Target", "get_target",

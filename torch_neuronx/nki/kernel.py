@@ -20,6 +20,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from .blas import single_threaded
+from .cores import Cores
 from .cost import BenchmarkResult, estimate, schedule
 from .errors import NKIError
 from .runtime import Run, active, set_run
@@ -224,17 +225,29 @@ def _simulate(kernel: Kernel, grid: tuple, run: Run, args, kwargs, torch_mode: b
     names = _parameter_names(kernel.func)
     cargs = [_convert_argument(a, names[i] if i < len(names) else i, pairs) for i, a in enumerate(args)]
     ckwargs = {k: _convert_argument(v, k, pairs) for k, v in kwargs.items()}
-    previous = set_run(run)
+    # Each program of the grid is a NeuronCore with its own on-chip memory and registers (a forked
+    # Run); they run concurrently, taking turns (cores.Cores), so that core_barrier / sendrecv work.
+    programs = [run.fork(pid, rank) for rank, pid in enumerate(itertools.product(*(range(g) for g in grid)))] \
+        if grid else [run]
+    run.launch.cores = Cores(len(programs))
+
+    def body(program):
+        def execute():
+            previous = set_run(program)
+            try:
+                return kernel.func(*cargs, **ckwargs)
+            finally:
+                set_run(previous)
+        return execute
+
     try:
         with single_threaded():
-            result = None
-            for pid in itertools.product(*(range(g) for g in grid)):
-                run.program_id = pid
-                run.shared_index = 0
-                run.accumulators.clear()  # a program starts with the registers' state unknown
-                result = kernel.func(*cargs, **ckwargs)
+            results = run.launch.cores.run([body(p) for p in programs])
+        result = results[-1]
     finally:
-        set_run(previous)
+        if grid:
+            run.peak_sbuf = max(p.peak_sbuf for p in programs)
+            run.peak_psum_banks = max(p.peak_psum_banks for p in programs)
         kernel.last_trace = run.trace
         kernel.last_run = run
     for original, tensor in pairs:

@@ -80,7 +80,6 @@ class Run:
         self.direct_memory: dict = {}
         self.direct_allocs: dict = {}
         self.direct_ids: dict = {}
-        self.registers = 0  # nisa.register_alloc's virtual registers allocated (isa/registers.py)
 
     def fork(self, program_id: tuple, rank: int) -> "Run":
         """The Run of one program of this launch's grid."""

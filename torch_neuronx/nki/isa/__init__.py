@@ -663,7 +663,7 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
 class Accumulators:
     """One engine's accumulation registers (AWS: `reduce_regs`, one 32-bit register per compute
     lane, 128 in all): a float32 value per partition lane, and whether this program has set it.
-    They persist across instructions of the engine (`nisa.reduce_cmd`); they live in the launch's
+    They persist across instructions of the engine (`nisa.reduce_cmd`); they live in the program's
     `Run` (`run.accumulators[engine]`) and start unknown in every program of the grid."""
 
     def __init__(self):

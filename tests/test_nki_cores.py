@@ -190,6 +190,23 @@ def test_a_launch_without_barriers_runs_its_programs_in_order_with_own_memory():
     assert _swap.last_run.peak_sbuf == one_core
 
 
+def test_a_barrier_at_lnc_1_waits_for_nothing():
+    """AWS 2.33: at LNC 1 the (0, 1) barrier pairs two logical cores, each running its own launch;
+    the partner is not simulated (nki-library's router_topk issues it at any LNC)."""
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(t, a)
+        nisa.dma_copy(out, t)
+        nisa.core_barrier(out, (0, 1))
+        return out
+
+    a = _data((4, 4))
+    np.testing.assert_array_equal(k(a), a)
+    assert [i.op for i in k.last_trace][-1] == "nisa.core_barrier"
+
+
 def test_a_single_core_barrier_and_a_self_sendrecv_on_one_program():
     @nki.jit
     def k(a):
@@ -310,8 +327,7 @@ def test_sendrecv_receiving_a_different_tile_is_an_error():
 
 @pytest.mark.parametrize("cores, grid, match", [
     ((0, 2), 2, r"cores=\(0, 2\).*only cores=\(0, 1\) is supported"),
-    ((0, 1), 1, r"includes core 1, but this launch has 1 program.*nki.cpu_simulate\(kernel\)\[2\]"),
-    ((1,), 1, r"includes core 1, but this launch has 1 program"),
+    ((1,), 1, r"core 0 issued a barrier over cores=\(1,\), which does not include it"),
     ("ab", 2, r"cores must be a core index or a tuple of them"),
 ])
 def test_core_barrier_rules(cores, grid, match):
@@ -502,15 +518,16 @@ def test_collectives_on_a_one_rank_group(memory, grid, shape, dtype):
 
 @pytest.mark.parametrize("call, match", [
     (lambda t, o, rg: ncc.all_reduce([t], [o], ncc.ReplicaGroup([[0, 1, 2, 3]]), nl.add),
-     r"replica group \[\[0, 1, 2, 3\]\] has sub-groups of 4 ranks; collectives across ranks .* are not simulated"),
+     r"replica group \[\[0, 1, 2, 3\]\] names rank 1, but the simulated world has 1 rank\(s\).*Fix: simulate the "
+     r"ranks together with nki.multi_rank_simulate"),
     (lambda t, o, rg: ncc.all_reduce([t], [o], rg, nl.multiply), r"op nl.multiply is not a collective reduction"),
     (lambda t, o, rg: ncc.all_gather([t], [o], rg, collective_dim=2), r"collective_dim=2 is not supported for SBUF"),
     (lambda t, o, rg: ncc.all_to_all([t], [o], rg, collective_dim=0), r"AWS supports only HBM tensors"),
     (lambda t, o, rg: ncc.all_reduce(t, [o], rg, nl.add), r"srcs must be a list of tensors"),
-    (lambda t, o, rg: ncc.all_gather_v([t], [o], rg, t), r"only across several ranks.*not simulated"),
+    (lambda t, o, rg: ncc.all_gather_v([t], [o], rg, t), r"variable-size collective .* is not simulated"),
     (lambda t, o, rg: ncc.collective_permute([nl.ndarray((4, 4), nl.float32, buffer=nl.shared_hbm)],
                                              [nl.ndarray((4, 4), nl.float32, buffer=nl.shared_hbm)], [(0, 1), (1, 0)]),
-     r"move data between different ranks; collectives across ranks"),
+     r"source_target_pairs name rank 1, but the simulated world has 1 rank\(s\)"),
     (lambda t, o, rg: ncc.all_reduce([t], [nl.ndarray((4, 4), nl.float32, buffer=nl.shared_hbm)], rg, nl.add),
      r"the tensors mix HBM and SBUF"),
 ])
@@ -529,7 +546,7 @@ def test_collective_rules(call, match):
 def test_replica_group_forms_and_overlap():
     assert ncc.ReplicaGroup([0]).groups == [[0]]
     assert ncc.ReplicaGroup([[0], [1]]).groups == [[0], [1]]
-    with pytest.raises(nki.NKIError, match=r"rank 1 is in two sub-groups"):
+    with pytest.raises(nki.NKIError, match=r"rank 1 is in two rank-lists"):
         ncc.ReplicaGroup([[0, 1], [1, 2]])
 
 
@@ -539,3 +556,166 @@ def test_nki_collectives_imports_as_aws_spells_it():
 
     assert aws_ncc is ncc and ReplicaGroup is ncc.ReplicaGroup
     assert nki.isa.core_barrier is nisa.core_barrier and nisa.sendrecv and nisa.register_alloc
+
+
+# ---------------------------------------------------------------------------- nki.multi_rank_simulate
+def _ranks(n, shape, dtype=np.float32):
+    return [_data(shape).astype(dtype) for _ in range(n)]
+
+
+@nki.jit
+def _hbm_collectives(x, rg, n):
+    """all_reduce (add, max), all_gather, reduce_scatter and all_to_all of one HBM tensor."""
+    p, f = x.shape
+    src = nl.ndarray(x.shape, x.dtype, buffer=nl.private_hbm)
+    nisa.dma_copy(src, x)
+    total = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    top = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    gathered = nl.ndarray((n * p, f), x.dtype, buffer=nl.shared_hbm)
+    scattered = nl.ndarray((p // n, f), x.dtype, buffer=nl.shared_hbm)
+    swapped = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    ncc.all_reduce(srcs=[src], dsts=[total], replica_group=rg, op=nl.add)
+    ncc.all_reduce(srcs=[src], dsts=[top], replica_group=rg, op=nl.maximum)
+    ncc.all_gather(srcs=[src], dsts=[gathered], replica_group=rg, collective_dim=0)
+    ncc.reduce_scatter(srcs=[src], dsts=[scattered], replica_group=rg, collective_dim=0, op=nl.add)
+    ncc.all_to_all(srcs=[src], dsts=[swapped], replica_group=rg, collective_dim=0)
+    rank = nl.ndarray((1, 1), nl.int32, buffer=nl.shared_hbm)
+    nisa.register_store(rank, ncc.rank_id())
+    return total, top, gathered, scattered, swapped, rank
+
+
+@pytest.mark.parametrize("groups, dtype, rtol", [([[0, 1, 2, 3]], np.float32, 1e-6), ([[0, 2], [1, 3]], BF16, 8e-3)])
+def test_multi_rank_hbm_collectives(groups, dtype, rtol):
+    xs = _ranks(4, (8, 16), dtype)
+    rg = ncc.ReplicaGroup(groups)
+    n = len(groups[0])
+    outs = nki.multi_rank_simulate(_hbm_collectives, world_size=4,
+                                   per_rank_inputs={r: ((xs[r], rg, n), {}) for r in range(4)})
+    for rank, (total, top, gathered, scattered, swapped, rid) in enumerate(outs):
+        group = next(g for g in groups if rank in g)
+        me = group.index(rank)
+        mine = [xs[r].astype(np.float64) for r in group]
+        np.testing.assert_allclose(total.astype(np.float64), sum(mine), rtol=rtol, atol=1e-2 if dtype is BF16 else 1e-6)
+        np.testing.assert_array_equal(top, np.maximum.reduce([xs[r] for r in group]))
+        np.testing.assert_array_equal(gathered, np.concatenate([xs[r] for r in group]))  # bit for bit
+        rows = 8 // n
+        np.testing.assert_allclose(scattered.astype(np.float64), sum(mine)[me * rows:(me + 1) * rows], rtol=rtol,
+                                   atol=1e-2 if dtype is BF16 else 1e-6)
+        np.testing.assert_array_equal(swapped, np.concatenate([xs[r][me * rows:(me + 1) * rows] for r in group]))
+        assert rid.item() == rank
+
+
+@nki.jit
+def _lnc_sbuf_all_gather(x, rg, n):
+    """At LNC 2 each core all-gathers its own half of the rows (an SBUF collective along the free
+    axis), then the cores swap halves with sendrecv."""
+    core = nl.program_id(0)
+    p, f = x.shape
+    half = p // 2
+    t = nl.ndarray((half, f), x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(t, x[nl.ds(core * half, half), :])
+    g = nl.ndarray((half, n * f), x.dtype, buffer=nl.sbuf)
+    ncc.all_gather(srcs=[t], dsts=[g], replica_group=rg, collective_dim=1)
+    other = nl.ndarray((half, n * f), x.dtype, buffer=nl.sbuf)
+    nisa.sendrecv(src=g, dst=other, send_to_rank=1 - core, recv_from_rank=1 - core, pipe_id=0)
+    out = nl.ndarray((2, p, n * f), x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(out[core, nl.ds(core * half, half), :], g)
+    nisa.dma_copy(out[core, nl.ds((1 - core) * half, half), :], other)
+    return out
+
+
+def test_multi_rank_at_lnc_2_combines_collectives_and_sendrecv():
+    xs = _ranks(3, (16, 4))
+    rg = ncc.ReplicaGroup([[0, 1, 2]])
+    outs = nki.multi_rank_simulate(_lnc_sbuf_all_gather[2], world_size=3,
+                                   per_rank_inputs=[((xs[r], rg, 3), {}) for r in range(3)])
+    want = np.concatenate(xs, axis=1)
+    for out in outs:
+        for core in (0, 1):
+            np.testing.assert_array_equal(out[core], want)
+
+
+@nki.jit
+def _ring_all_gather(x, rg, n):
+    """A ring all-gather as nki-library's fine-grained kernels write it: pass a buffer around the
+    ring n-1 times; the rank whose chunk arrives is collective_permute_implicit_current_processing_rank_id."""
+    p, f = x.shape
+    out = nl.ndarray((n * p, f), x.dtype, buffer=nl.shared_hbm)
+    bufs = [nl.ndarray(x.shape, x.dtype, buffer=nl.private_hbm) for _ in range(2)]
+    nisa.dma_copy(bufs[0], x)
+    me = ncc.collective_permute_implicit_current_processing_rank_id(iteration_id=0, replica_group=rg)
+    nisa.dma_copy(out[nl.ds(int(me) * p, p), :], bufs[0])
+    for step in range(1, n):
+        src, dst = bufs[(step - 1) % 2], bufs[step % 2]
+        ncc.collective_permute_implicit(srcs_by_channel=[[src]], dsts_by_channel=[[dst]], replica_group=rg)
+        owner = ncc.collective_permute_implicit_current_processing_rank_id(iteration_id=step, replica_group=rg)
+        nisa.dma_copy(out[nl.ds(int(owner) * p, p), :], dst)
+    reduced = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+    ncc.collective_permute_implicit_reduce(srcs0_by_channel=[[bufs[0]]], srcs1_by_channel=[[bufs[1]]],
+                                           dsts_by_channel=[[reduced]], replica_group=rg, op=nl.add)
+    return out, reduced
+
+
+def test_multi_rank_ring_all_gather_and_ring_reduce():
+    n = 3
+    xs = _ranks(n, (4, 8))
+    rg = ncc.ReplicaGroup([list(range(n))])
+    outs = nki.multi_rank_simulate(_ring_all_gather, world_size=n,
+                                   per_rank_inputs=[((xs[r], rg, n), {}) for r in range(n)])
+    for rank, (gathered, reduced) in enumerate(outs):
+        np.testing.assert_array_equal(gathered, np.concatenate(xs))
+        # after n-1 = 2 steps rank r's buffers hold the chunks of ranks r-2 (bufs[0]) and r-1 (bufs[1]);
+        # it sends their sum and receives its predecessor's: the chunks of r-3 = r and r-2
+        np.testing.assert_allclose(reduced, xs[rank] + xs[(rank - 2) % n], rtol=1e-6)
+
+
+@nki.jit
+def _permute(x, pairs):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(out, x)  # a rank that receives nothing keeps its own data
+    src = nl.ndarray(x.shape, x.dtype, buffer=nl.private_hbm)
+    nisa.dma_copy(src, x)
+    ncc.collective_permute(srcs=[src], dsts=[out], source_target_pairs=pairs)
+    return out
+
+
+def test_multi_rank_collective_permute():
+    xs = _ranks(4, (2, 8))
+    pairs = [(0, 1), (1, 2), (2, 0)]  # rank 3 takes no part
+    outs = nki.multi_rank_simulate(_permute, world_size=4, per_rank_inputs=[((xs[r], pairs), {}) for r in range(4)])
+    for rank, want in enumerate([xs[2], xs[0], xs[1], xs[3]]):
+        np.testing.assert_array_equal(outs[rank], want)
+
+
+def test_multi_rank_deadlock_and_mismatch_and_input_rules():
+    @nki.jit
+    def k(x, rg, skip_rank=-1, kind=None):
+        src = nl.ndarray(x.shape, x.dtype, buffer=nl.private_hbm)
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(src, x)
+        rank = int(ncc.rank_id())
+        if rank == skip_rank:
+            return out
+        if kind == "mixed" and rank == 1:
+            ncc.all_gather(srcs=[src], dsts=[out], replica_group=ncc.ReplicaGroup([[1]]), collective_dim=0)
+            ncc.all_to_all(srcs=[src], dsts=[out], replica_group=rg, collective_dim=0)
+        else:
+            ncc.all_reduce(srcs=[src], dsts=[out], replica_group=rg, op=nl.add)
+        return out
+
+    x = np.ones((4, 4), np.float32)
+    rg = ncc.ReplicaGroup([[0, 1]])
+    with pytest.raises(nki.NKIError, match=r"deadlock.*rank 0 core 0 waits at nki.collectives.all_reduce number 1 over "
+                       r"ranks \[0, 1\] \(waiting for rank\(s\) \[1\]\).*rank 1 core 0 finished the kernel"):
+        nki.multi_rank_simulate(k, world_size=2, per_rank_inputs=[((x, rg), {"skip_rank": 1})] * 2)
+    with pytest.raises(nki.NKIError, match=r"issued different collectives .*rank 0: nki.collectives.all_reduce, "
+                       r"rank 1: nki.collectives.all_to_all"):
+        nki.multi_rank_simulate(k, world_size=2, per_rank_inputs=[((x, rg), {"kind": "mixed"})] * 2)
+    with pytest.raises(nki.NKIError, match=r"per_rank_inputs has 1 entries for world_size=2"):
+        nki.multi_rank_simulate(k, world_size=2, per_rank_inputs=[((x, rg), {})])
+    with pytest.raises(nki.NKIError, match=r"argument 0 differs between rank 0 .* and rank 1 .*same shape and dtype"):
+        nki.multi_rank_simulate(k, world_size=2, per_rank_inputs=[((x, rg), {}), ((np.ones((2, 4), np.float32), rg), {})])
+    with pytest.raises(nki.NKIError, match=r"argument 'skip_rank' differs .*non-array arguments are static"):
+        nki.multi_rank_simulate(k, world_size=2, per_rank_inputs=[((x, rg), {"skip_rank": 0}), ((x, rg), {"skip_rank": 1})])
+    with pytest.raises(nki.NKIError, match=r"rank 2 is in no rank-list of replica group \[\[0, 1\]\]"):
+        nki.multi_rank_simulate(k, world_size=3, per_rank_inputs=[((x, rg), {})] * 3)

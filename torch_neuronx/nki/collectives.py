@@ -1,39 +1,41 @@
-"""`nki.collectives`: AWS's collective communication inside a kernel, as far as one launch can run it.
+"""`nki.collectives`: AWS's collective communication between ranks, inside a kernel.
 
 AWS's module (NKI API reference, `nki.collectives`) moves data between *ranks*: logical
-NeuronCores, each running its own copy of the kernel on its own inputs (nki-library's tests launch
-one per rank, `collective_ranks=N`), grouped by a `ReplicaGroup`. A simulated launch is one rank
-(its LNC programs are the physical cores of that one logical core), so the simulator runs a
-collective whose replica group has one rank per sub-group, where every operation is defined by
-AWS's semantics on a single rank (an all-reduce or all-gather of one contribution is that
-contribution; a ring of one rank sends to itself), with AWS's argument rules checked. A collective
-over several ranks raises an NKIError: collectives across ranks are not simulated (there are no
-other ranks' kernels or inputs in the launch). `all_gather_v` / `all_to_all_v` need several ranks
-by AWS's own limits (four ranks per rank-list, or several devices) and always raise.
+NeuronCores, each running its own copy of the kernel on its own inputs, grouped by a
+`ReplicaGroup` (rank-lists; the collective runs independently within each, no rank in two).
+AWS's CPU simulator runs several ranks in one process with `nki.multi_rank_simulate(kernel,
+world_size=N, per_rank_inputs=...)`; the simulator here does the same (kernel.py): every rank is a
+launch of its own (its own HBM, its own LNC cores), all ranks' cores take turns in one scheduler
+(cores.py), and a collective is a rendezvous of the ranks of the caller's rank-list: each posts a
+copy of its sources, waits for the others', and computes its own destinations from them. With LNC 2
+each core index communicates with the same core index of the other ranks. A plain launch is a
+world of one rank (rank 0): a rank-list naming other ranks is an NKIError that points to
+multi_rank_simulate.
 
-`rank_id()` is 0 (the simulated rank) and, like AWS's, returns a register.
+`all_gather_v` / `all_to_all_v` (metadata-driven variable sizes) are not simulated: they raise.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .errors import NKIError
 from .isa.registers import VirtualRegister
 from .language import NKIObject
+from .runtime import current
 from .tensor import NkiTensor
 
 _REDUCE_OPS = ("add", "minimum", "maximum")
-_NOT_SIMULATED = ("collectives across ranks (other logical NeuronCores or devices, each running its own copy "
-                  "of the kernel) are not simulated: a simulated launch is one rank")
-_HINT = ("simulate with a single-rank replica group, e.g. nki.collectives.ReplicaGroup([[0]]), or run the "
-         "collective on Trainium")
+_MULTI_RANK = ("simulate the ranks together with nki.multi_rank_simulate(kernel, world_size=N, "
+               "per_rank_inputs=[(args, kwargs), ...]); a plain launch is one rank (rank 0)")
 
 
 @dataclass
 class ReplicaGroup(NKIObject):
-    """The ranks that take part in a collective: sub-groups (lists of ranks) with no rank in two.
-    `ReplicaGroup([[0, 1, 2, 3]])`; a flat list of ranks is one sub-group."""
+    """The ranks a collective runs on: rank-lists, each a group the collective runs within, no
+    rank in two. `ReplicaGroup([[0, 1, 2, 3]])`; a flat list of ranks is one rank-list."""
 
     groups: list
 
@@ -42,11 +44,11 @@ class ReplicaGroup(NKIObject):
         if isinstance(groups, ReplicaGroup):
             groups = groups.groups
         try:
-            groups = [list(g) for g in groups]
+            groups = list(groups)
         except TypeError:
-            groups = [list(groups)]  # a flat list of ranks: one sub-group
-        if groups and all(isinstance(g, int) for g in self.groups):
-            groups = [list(self.groups)]
+            raise NKIError("nki.collectives.ReplicaGroup", f"groups must be lists of ranks, got {groups!r}") from None
+        if groups and all(isinstance(g, (int, np.integer)) for g in groups):
+            groups = [groups]  # a flat list of ranks: one rank-list
         try:
             groups = [[int(r) for r in g] for g in groups]
         except (TypeError, ValueError):
@@ -55,27 +57,33 @@ class ReplicaGroup(NKIObject):
         seen = set()
         for g in groups:
             if not g:
-                raise NKIError("nki.collectives.ReplicaGroup", "a sub-group is empty", "list its ranks")
+                raise NKIError("nki.collectives.ReplicaGroup", "a rank-list is empty", "list its ranks")
             for r in g:
                 if r < 0:
                     raise NKIError("nki.collectives.ReplicaGroup", f"rank {r} is negative")
                 if r in seen:
-                    raise NKIError("nki.collectives.ReplicaGroup", f"rank {r} is in two sub-groups of {groups}",
-                                   "AWS: sub-groups should not overlap")
+                    raise NKIError("nki.collectives.ReplicaGroup", f"rank {r} is in two rank-lists of {groups}",
+                                   "AWS: each rank participates in only one rank-list")
                 seen.add(r)
         self.groups = groups
 
 
-def _group(replica_group, instr) -> ReplicaGroup:
+def _members(replica_group, instr, run) -> tuple:
+    """The rank-list of `replica_group` that holds the calling rank, checked against the world."""
     if replica_group is None:
         raise NKIError(instr, "replica_group is None", "pass an nki.collectives.ReplicaGroup")
     if not isinstance(replica_group, ReplicaGroup):
         replica_group = ReplicaGroup(replica_group)
-    largest = max(len(g) for g in replica_group.groups)
-    if largest > 1:
-        raise NKIError(instr, f"replica group {replica_group.groups} has sub-groups of {largest} ranks; "
-                       + _NOT_SIMULATED, _HINT)
-    return replica_group
+    outside = [r for g in replica_group.groups for r in g if r >= run.world_size]
+    if outside:
+        raise NKIError(instr, f"replica group {replica_group.groups} names rank {outside[0]}, but the simulated world "
+                       f"has {run.world_size} rank(s)", _MULTI_RANK if run.world_size == 1 else
+                       f"name ranks 0 .. {run.world_size - 1}")
+    for g in replica_group.groups:
+        if run.world_rank in g:
+            return tuple(g)
+    raise NKIError(instr, f"rank {run.world_rank} is in no rank-list of replica group {replica_group.groups}",
+                   "list every rank that issues the collective")
 
 
 def _tensors(values, instr, role) -> list:
@@ -118,32 +126,6 @@ def _dim(collective_dim, kind, instr, allowed_sbuf=(0, 1)) -> int:
     return collective_dim
 
 
-def _copy(instr, dst, src, fn=None, other=None) -> None:
-    """dst = src (one rank's contribution), or fn(src, other); cast to dst's dtype as a DMA does."""
-    from .isa import _access, _f32, _record, _store, _write
-
-    eng = "dma"
-    _access(instr, eng, reads=[("src", src)] + ([("src", other)] if other is not None else []),
-            writes=[("dst", dst)])
-    if dst.shape != src.shape:
-        raise NKIError(instr, f"dst shape {dst.shape} differs from src shape {src.shape}; with one rank the "
-                       "collective's output is its input", "allocate dst with src's shape (times the ranks "
-                       "along collective_dim)")
-    if fn is not None:
-        if other.shape != src.shape:
-            raise NKIError(instr, f"the two sources have shapes {src.shape} and {other.shape}")
-        _write(dst, fn(_f32(src), _f32(other)))
-    elif dst.dtype is src.dtype or dst.dtype == src.dtype:
-        _store(dst, src.data)
-    else:
-        _write(dst, _f32(src))
-    reads = [src] + ([other] if other is not None else [])
-    nbytes = max(dst.nbytes, src.nbytes)
-    side = dst if dst.buffer.on_chip else src
-    _record(instr, eng, [dst], reads, ("dma", nbytes, nbytes / max(1, side.partitions if side.ndim else 1)),
-            nbytes=nbytes)
-
-
 def _op(op, instr):
     from . import elementwise as _ops
 
@@ -153,65 +135,139 @@ def _op(op, instr):
     return token
 
 
+def _snapshot(t: NkiTensor):
+    """What a rank contributes: a copy of the tensor's values (its dtype, its shape)."""
+    return np.array(t.data, copy=True), t.dtype
+
+
+def _put(instr, dst: NkiTensor, values, dtype, reads) -> None:
+    """Write `values` (an array of `dtype`, dst's shape) into dst: bit for bit when the dtypes
+    agree, else cast as a DMA casts. Recorded as a DMA of dst's bytes."""
+    from .isa import _access, _record, _store, _write
+
+    _access(instr, "dma", reads=[("src", t) for t in reads], writes=[("dst", dst)])
+    if values.shape != dst.shape:
+        values = values.reshape(dst.shape)
+    if dtype is dst.dtype or dtype == dst.dtype:
+        _store(dst, values)
+    else:
+        _write(dst, values.astype(np.float32))
+    nbytes = dst.nbytes
+    per_partition = nbytes / max(1, dst.partitions if dst.buffer.on_chip and dst.ndim else 1)
+    _record(instr, "dma", [dst], reads, ("dma", nbytes, per_partition), nbytes=nbytes)
+
+
+def _exchange(instr, run, group, contribution) -> dict:
+    return run.cores.exchange(run.gid, run.world_rank, run.core, group, instr, contribution)
+
+
+def _shape_rule(instr, cond, message):
+    if not cond:
+        raise NKIError(instr, message, "allocate dst with the collective's output shape")
+
+
+def _f32(values, dtype):
+    return values.astype(np.float32)
+
+
 def all_reduce(srcs, dsts, replica_group, op, priority=None, name=None) -> None:
-    """Reduce `srcs` over the ranks of the group into `dsts` (op: add, minimum, maximum)."""
+    """dsts[i] = op over the ranks of the rank-list of their srcs[i] (add, minimum, maximum), in
+    float32, cast to dst's dtype."""
     instr = "nki.collectives.all_reduce"
+    run = current(instr)
     srcs, dsts = _tensors(srcs, instr, "srcs"), _tensors(dsts, instr, "dsts")
     _memory(instr, srcs, dsts)
-    _op(op, instr)
-    _group(replica_group, instr)
+    token = _op(op, instr)
+    group = _members(replica_group, instr, run)
     for s, d in zip(srcs, dsts):
-        _copy(instr, d, s)
+        _shape_rule(instr, s.shape == d.shape, f"dst shape {d.shape} differs from src shape {s.shape}")
+    got = _exchange(instr, run, group, [_snapshot(s) for s in srcs])
+    for i, d in enumerate(dsts):
+        acc = None
+        for r in group:
+            values, dtype = got[r][i]
+            acc = _f32(values, dtype) if acc is None else token.fn(acc, _f32(values, dtype))
+        _put(instr, d, acc, np.float32, [srcs[i]])
 
 
 def all_gather(srcs, dsts, replica_group, collective_dim, priority=None, name=None) -> None:
-    """Concatenate every rank's `srcs` along `collective_dim` into `dsts` (HBM: dim 0; SBUF: 0 or 1)."""
+    """dsts[i] = the ranks' srcs[i], concatenated in rank-list order along `collective_dim` (HBM: 0;
+    SBUF: 0 or 1, 2-D tiles)."""
     instr = "nki.collectives.all_gather"
+    run = current(instr)
     srcs, dsts = _tensors(srcs, instr, "srcs"), _tensors(dsts, instr, "dsts")
     kind = _memory(instr, srcs, dsts)
-    _dim(collective_dim, kind, instr)
-    _group(replica_group, instr)
+    dim = _dim(collective_dim, kind, instr)
+    group = _members(replica_group, instr, run)
     for s, d in zip(srcs, dsts):
-        _copy(instr, d, s)
+        want = tuple(n * len(group) if a == dim else n for a, n in enumerate(s.shape))
+        _shape_rule(instr, d.shape == want, f"dst shape {d.shape} is not src shape {s.shape} with axis {dim} times "
+                    f"the {len(group)} ranks, {want}")
+    got = _exchange(instr, run, group, [_snapshot(s) for s in srcs])
+    for i, d in enumerate(dsts):
+        parts = [got[r][i] for r in group]
+        _put(instr, d, np.concatenate([p[0] for p in parts], axis=dim), parts[0][1], [srcs[i]])
 
 
 def reduce_scatter(srcs, dsts, replica_group, collective_dim, op, priority=None, name=None) -> None:
-    """Reduce over the ranks, then give rank i the i-th slice along `collective_dim` (0)."""
+    """Reduce srcs[i] over the ranks (add, minimum, maximum), split it along `collective_dim` (0)
+    into one slice per rank: the k-th rank of the rank-list receives the k-th slice."""
     instr = "nki.collectives.reduce_scatter"
+    run = current(instr)
     srcs, dsts = _tensors(srcs, instr, "srcs"), _tensors(dsts, instr, "dsts")
     kind = _memory(instr, srcs, dsts)
     _dim(collective_dim, kind, instr, (0,))
-    _op(op, instr)
-    _group(replica_group, instr)
+    token = _op(op, instr)
+    group = _members(replica_group, instr, run)
+    n, me = len(group), group.index(run.world_rank)
     for s, d in zip(srcs, dsts):
-        _copy(instr, d, s)
+        _shape_rule(instr, s.shape[0] % n == 0 and d.shape == (s.shape[0] // n,) + s.shape[1:],
+                    f"dst shape {d.shape} is not src shape {s.shape} with axis 0 divided by the {n} ranks")
+    got = _exchange(instr, run, group, [_snapshot(s) for s in srcs])
+    for i, d in enumerate(dsts):
+        acc = None
+        for r in group:
+            values, dtype = got[r][i]
+            acc = _f32(values, dtype) if acc is None else token.fn(acc, _f32(values, dtype))
+        size = acc.shape[0] // n
+        _put(instr, d, acc[me * size:(me + 1) * size], np.float32, [srcs[i]])
 
 
 def all_to_all(srcs, dsts, replica_group, collective_dim, priority=None, name=None) -> None:
-    """Rank i sends its j-th slice along `collective_dim` (0) to rank j; HBM only."""
+    """Each rank splits srcs[i] along `collective_dim` (0) into one chunk per rank; the k-th rank
+    of the rank-list receives every rank's k-th chunk, concatenated in rank-list order. HBM only."""
     instr = "nki.collectives.all_to_all"
+    run = current(instr)
     srcs, dsts = _tensors(srcs, instr, "srcs"), _tensors(dsts, instr, "dsts")
     kind = _memory(instr, srcs, dsts, sbuf_ok=False)
     _dim(collective_dim, kind, instr, (0,))
-    _group(replica_group, instr)
+    group = _members(replica_group, instr, run)
+    n, me = len(group), group.index(run.world_rank)
     for s, d in zip(srcs, dsts):
-        _copy(instr, d, s)
+        _shape_rule(instr, s.shape[0] % n == 0 and d.shape == s.shape,
+                    f"dst shape {d.shape} must be src shape {s.shape}, axis 0 a multiple of the {n} ranks")
+    got = _exchange(instr, run, group, [_snapshot(s) for s in srcs])
+    for i, d in enumerate(dsts):
+        size = srcs[i].shape[0] // n
+        parts = [got[r][i] for r in group]
+        _put(instr, d, np.concatenate([p[0][me * size:(me + 1) * size] for p in parts], axis=0), parts[0][1],
+             [srcs[i]])
 
 
 def _variable(instr):
-    raise NKIError(instr, "AWS runs this collective only across several ranks (LNC 2 with four ranks per "
-                   "rank-list, or several devices); " + _NOT_SIMULATED, "run it on Trainium")
+    raise NKIError(instr, "this variable-size collective (sizes read from a metadata tensor at run time) is not "
+                   "simulated", "use all_gather / all_to_all with fixed sizes in the simulator, or run it on Trainium")
 
 
 def all_gather_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=False, has_rdispls=False,
                  priority=None, name=None) -> None:
-    """Variable-length all-gather: not simulated (needs several ranks)."""
+    """Variable-length all-gather: not simulated."""
     _variable("nki.collectives.all_gather_v")
 
 
 def all_to_all_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=False, has_rdispls=False,
                  priority=None, name=None) -> None:
-    """Variable-length all-to-all: not simulated (needs several ranks)."""
+    """Variable-length all-to-all: not simulated."""
     _variable("nki.collectives.all_to_all_v")
 
 
@@ -224,8 +280,10 @@ def _one(values, instr, role) -> list:
 
 
 def collective_permute(srcs, dsts, source_target_pairs, priority=None, name=None) -> None:
-    """Send `srcs` of each pair's source rank to its target rank's `dsts`; HBM only."""
+    """For each (source, target) pair, the source rank's srcs[0] lands in the target rank's dsts[0]
+    (a rank that is no target keeps its dst). Every rank named in a pair takes part; HBM only."""
     instr = "nki.collectives.collective_permute"
+    run = current(instr)
     srcs, dsts = _one(srcs, instr, "srcs"), _one(dsts, instr, "dsts")
     _memory(instr, srcs, dsts, sbuf_ok=False)
     try:
@@ -233,11 +291,26 @@ def collective_permute(srcs, dsts, source_target_pairs, priority=None, name=None
     except (TypeError, ValueError):
         raise NKIError(instr, f"source_target_pairs must be (source, target) rank pairs, got "
                        f"{source_target_pairs!r}") from None
-    if any(a != b for a, b in pairs):
-        raise NKIError(instr, f"source_target_pairs {pairs} move data between different ranks; " + _NOT_SIMULATED,
-                       "simulate with pairs of a rank to itself, e.g. [(0, 0)], or run it on Trainium")
-    if (0, 0) in pairs:  # the simulated rank is 0
-        _copy(instr, dsts[0], srcs[0])
+    ranks = sorted({r for p in pairs for r in p})
+    outside = [r for r in ranks if r >= run.world_size]
+    if outside:
+        raise NKIError(instr, f"source_target_pairs name rank {outside[0]}, but the simulated world has "
+                       f"{run.world_size} rank(s)", _MULTI_RANK)
+    for role, side in (("target", 1), ("source", 0)):
+        counts = [p[side] for p in pairs]
+        dup = [r for r in set(counts) if counts.count(r) > 1]
+        if dup:
+            raise NKIError(instr, f"rank {dup[0]} is the {role} of several pairs in {pairs}",
+                           "give each rank at most one source and one target")
+    if run.world_rank not in ranks:
+        return
+    _shape_rule(instr, srcs[0].shape == dsts[0].shape, f"dst shape {dsts[0].shape} differs from src shape "
+                f"{srcs[0].shape}")
+    got = _exchange(instr, run, tuple(ranks), _snapshot(srcs[0]))
+    source = [a for a, b in pairs if b == run.world_rank]
+    if source:
+        values, dtype = got[source[0]]
+        _put(instr, dsts[0], values, dtype, [srcs[0]])
 
 
 def _channels(by_channel, instr, role) -> list:
@@ -256,26 +329,37 @@ def _channel_ids(channel_ids, n, instr) -> None:
         raise NKIError(instr, f"{n} channels; AWS allows at most 4 (2 outside whole-node replica groups)")
 
 
+def _predecessor(group, rank, steps=1):
+    return group[(group.index(rank) - steps) % len(group)]
+
+
 def collective_permute_implicit(srcs_by_channel, dsts_by_channel, replica_group, channel_ids=(0,), priority=None,
                                 name=None) -> None:
-    """Each rank sends to its successor in the ring and receives from its predecessor, per channel;
-    a ring of one rank receives its own data."""
+    """A ring over the rank-list: each rank sends each channel's src to its successor and receives
+    its predecessor's into the channel's dst (a ring of one rank receives its own)."""
     instr = "nki.collectives.collective_permute_implicit"
-    srcs, dsts = _channels(srcs_by_channel, instr, "srcs_by_channel"), _channels(dsts_by_channel, instr,
-                                                                                   "dsts_by_channel")
+    run = current(instr)
+    srcs = _channels(srcs_by_channel, instr, "srcs_by_channel")
+    dsts = _channels(dsts_by_channel, instr, "dsts_by_channel")
     if len(srcs) != len(dsts):
         raise NKIError(instr, f"{len(srcs)} source channels but {len(dsts)} destination channels")
     _channel_ids(channel_ids, len(srcs), instr)
-    _group(replica_group, instr)
     for s, d in zip(srcs, dsts):
         _memory(instr, [s], [d])
-        _copy(instr, d, s)
+        _shape_rule(instr, s.shape == d.shape, f"dst shape {d.shape} differs from src shape {s.shape}")
+    group = _members(replica_group, instr, run)
+    got = _exchange(instr, run, group, [_snapshot(s) for s in srcs])
+    previous = got[_predecessor(group, run.world_rank)]
+    for (values, dtype), s, d in zip(previous, srcs, dsts):
+        _put(instr, d, values, dtype, [s])
 
 
 def collective_permute_implicit_reduce(srcs0_by_channel, srcs1_by_channel, dsts_by_channel, replica_group, op,
                                        channel_ids=(0,), priority=None, name=None) -> None:
-    """As collective_permute_implicit, sending op(srcs0, srcs1) of each channel."""
+    """As collective_permute_implicit, each rank sending op(srcs0, srcs1) of each channel (in
+    float32): its dst receives its predecessor's."""
     instr = "nki.collectives.collective_permute_implicit_reduce"
+    run = current(instr)
     s0 = _channels(srcs0_by_channel, instr, "srcs0_by_channel")
     s1 = _channels(srcs1_by_channel, instr, "srcs1_by_channel")
     dsts = _channels(dsts_by_channel, instr, "dsts_by_channel")
@@ -283,24 +367,32 @@ def collective_permute_implicit_reduce(srcs0_by_channel, srcs1_by_channel, dsts_
         raise NKIError(instr, f"channel counts differ: {len(s0)} / {len(s1)} / {len(dsts)}")
     token = _op(op, instr)
     _channel_ids(channel_ids, len(dsts), instr)
-    _group(replica_group, instr)
     for a, b, d in zip(s0, s1, dsts):
         _memory(instr, [a], [d])
         _memory(instr, [b], [d])
-        _copy(instr, d, a, token.fn, b)
+        _shape_rule(instr, a.shape == b.shape == d.shape, f"the sources {a.shape}, {b.shape} and dst {d.shape} "
+                    "differ in shape")
+    group = _members(replica_group, instr, run)
+    mine = [token.fn(_f32(*_snapshot(a)), _f32(*_snapshot(b))) for a, b in zip(s0, s1)]
+    got = _exchange(instr, run, group, mine)
+    for values, a, b, d in zip(got[_predecessor(group, run.world_rank)], s0, s1, dsts):
+        _put(instr, d, values, np.float32, [a, b])
 
 
 def collective_permute_implicit_current_processing_rank_id(iteration_id, replica_group, channel_id=0,
                                                            name=None) -> VirtualRegister:
-    """The rank whose data a ring step processes (a register): the own rank at iteration 0, then the
-    predecessors'; in a ring of one rank, always the own rank (0)."""
-    _group(replica_group, "nki.collectives.collective_permute_implicit_current_processing_rank_id")
-    return VirtualRegister(0)
+    """The rank whose data ring step `iteration_id` processes, as a register: the own rank at
+    iteration 0, then the predecessors' (the data arrived from them), around the rank-list."""
+    instr = "nki.collectives.collective_permute_implicit_current_processing_rank_id"
+    run = current(instr)
+    group = _members(replica_group, instr, run)
+    step = int(iteration_id) if not isinstance(iteration_id, VirtualRegister) else iteration_id.get(instr)
+    return VirtualRegister(_predecessor(group, run.world_rank, step))
 
 
 def rank_id(name=None) -> VirtualRegister:
-    """This rank's id within the collective group, as a register: 0 (a launch simulates one rank)."""
-    return VirtualRegister(0)
+    """This rank's id, as a register (0 in a plain launch; the rank in nki.multi_rank_simulate)."""
+    return VirtualRegister(current("nki.collectives.rank_id").world_rank)
 
 
 __all__ = ["ReplicaGroup", "all_reduce", "all_gather", "all_gather_v", "reduce_scatter", "all_to_all",

@@ -14,8 +14,10 @@ detected at the moment it happens, not by a timeout: the launch raises an NKIErr
 core waits for and which cores finished. An error in one program stops the others and is raised
 from the launch.
 
-A program's rank (its core in core_barrier / sendrecv) is its linear index in the grid: with
-`kernel[2]` (nki-library's `cpu_simulate(kernel)[2]`, LNC 2) it is `nl.program_id(0)`.
+A program's core (in core_barrier / sendrecv) is its linear index in the grid: with `kernel[2]`
+(nki-library's `cpu_simulate(kernel)[2]`, LNC 2) it is `nl.program_id(0)`. `nki.multi_rank_simulate`
+runs several ranks' launches in one scheduler: program `gid` is core `gid % lnc` of rank
+`gid // lnc`, and the ranks' cores meet in `nki.collectives` calls (`exchange`).
 """
 
 from __future__ import annotations
@@ -34,17 +36,49 @@ class _Abort(BaseException):
 class Cores:
     """The scheduler of one launch's programs (see the module docstring)."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, lnc: int | None = None, world_size: int = 1):
         self.n = n
+        self.lnc = n if lnc is None else lnc  # programs (cores) per rank
+        self.world_size = world_size
         self._cond = threading.Condition()
         self._turn = 0
         self._state = ["ready"] * n      # ready | waiting | done
         self._waiting = [None] * n        # (predicate, what, location) of a waiting program
         self._stop = None                 # the exception that stops the launch
-        # core_barrier: how many barriers over a core set each program has reached.
-        self.arrivals = collections.defaultdict(lambda: [0] * n)
-        # sendrecv: FIFO of tiles in flight per (sender, receiver, pipe_id).
+        # core_barrier: per (rank, core set), how many barriers each core has reached.
+        self.arrivals = collections.defaultdict(lambda: [0] * self.lnc)
+        # sendrecv: FIFO of tiles in flight per (rank, sender, receiver, pipe_id).
         self.mailboxes = collections.defaultdict(collections.deque)
+        # nki.collectives: per (core, group), how many collectives each rank has issued, and what
+        # each rank contributed to the k-th one.
+        self.issued = collections.defaultdict(int)
+        self.slots = collections.defaultdict(dict)
+
+    def gid(self, world_rank: int, core: int) -> int:
+        return world_rank * self.lnc + core
+
+    def label(self, gid: int) -> str:
+        core = f"core {gid % self.lnc}"
+        return core if self.world_size == 1 else f"rank {gid // self.lnc} {core}"
+
+    def exchange(self, gid: int, world_rank: int, core: int, group: tuple, what: str, contribution) -> dict:
+        """Rendezvous of the ranks of `group` (on the same core index) at their next collective
+        over that group: post this rank's contribution, wait for every member's, return them all
+        (rank -> contribution). The members must issue the same collective (`what`)."""
+        key = (core, group)
+        seq = self.issued[(world_rank,) + key]
+        self.issued[(world_rank,) + key] = seq + 1
+        slot = self.slots[key + (seq,)]
+        slot[world_rank] = (what, contribution)
+        self.wait(gid, lambda: all(r in slot for r in group),
+                  f"{what} number {seq + 1} over ranks {list(group)} (waiting for rank(s) "
+                  f"{[r for r in group if r not in slot]})")
+        kinds = {r: slot[r][0] for r in group}
+        if len(set(kinds.values())) > 1:
+            raise NKIError(what, f"the ranks of replica group {list(group)} issued different collectives as their "
+                           f"collective number {seq + 1} over it: " + ", ".join(f"rank {r}: {k}" for r, k in kinds.items()),
+                           "issue the same collectives in the same order on every rank of a group")
+        return {r: slot[r][1] for r in group}
 
     # ---------------------------------------------------------------- running the programs
     def run(self, bodies) -> list:
@@ -104,17 +138,18 @@ class Cores:
             if self._state[j] == "waiting":
                 _, what, location = self._waiting[j]
                 first = first or (what, location)
-                lines.append(f"core {j} waits at {what} ({location})")
+                lines.append(f"{self.label(j)} waits at {what} ({location})")
             else:
-                lines.append(f"core {j} finished the kernel")
+                lines.append(f"{self.label(j)} finished the kernel")
         what, location = first
         return NKIError(what.split("(")[0], "deadlock: every core that has not finished waits for another: "
                         + "; ".join(lines),
-                        "make every core listed in a core_barrier reach it the same number of times, and "
-                        "pair each sendrecv with one on the core it sends to / receives from", location=location)
+                        "make every core listed in a core_barrier reach it the same number of times, "
+                        "pair each sendrecv with one on the core it sends to / receives from, and issue each "
+                        "collective on every rank of its replica group", location=location)
 
     def wait(self, rank: int, predicate, what: str) -> None:
-        """Block program `rank` until `predicate()` holds, letting the other programs run."""
+        """Block program `rank` (a gid) until `predicate()` holds, letting the other programs run."""
         if predicate():
             return
         location = kernel_location()

@@ -64,7 +64,9 @@ class Run:
         self.target = target
         self.grid = grid
         self.program_id = (0,) * len(grid)
-        self.rank = 0  # the program's linear index in the grid: its core in core_barrier / sendrecv
+        self.core = 0  # the program's linear index in the grid: its core in core_barrier / sendrecv
+        self.gid = 0  # its index among all programs the scheduler runs (cores.Cores)
+        self.world_rank, self.world_size = 0, 1  # its rank for nki.collectives (nki.multi_rank_simulate)
         self.launch = launch if launch is not None else _Launch()
         self.programs: list[Run] = []  # the per-program Runs a grid launch forked (kernel.launch)
         self.sbuf_used = 0
@@ -81,11 +83,11 @@ class Run:
         self.direct_allocs: dict = {}
         self.direct_ids: dict = {}
 
-    def fork(self, program_id: tuple, rank: int) -> "Run":
+    def fork(self, program_id: tuple, core: int) -> "Run":
         """The Run of one program of this launch's grid."""
         child = Run(self.target, self.grid, self.launch)
         child.program_id = program_id
-        child.rank = rank
+        child.core = core
         self.programs.append(child)
         return child
 

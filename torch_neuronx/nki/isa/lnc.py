@@ -43,10 +43,10 @@ def _rank(value, run, instr, role) -> int:
     if rank not in LNC_CORES:
         raise NKIError(instr, f"{role}={rank}: sendrecv exchanges tiles between the two NeuronCores of an "
                        "LNC 2 logical core, ranks 0 and 1", "use nl.program_id(0) and 1 - nl.program_id(0)")
-    if rank >= run.cores.n:
-        raise NKIError(instr, f"{role}={rank}, but this launch has {run.cores.n} program(s) (cores "
-                       f"0..{run.cores.n - 1})", "launch the kernel on both cores: kernel[2](...) "
-                       "(nki.cpu_simulate(kernel)[2] for LNC 2)")
+    if rank >= run.cores.lnc:
+        raise NKIError(instr, f"{role}={rank}, but this launch has {run.cores.lnc} program(s) (cores "
+                       f"0..{run.cores.lnc - 1}); AWS: sendrecv requires LNC 2",
+                       "launch the kernel on both cores: kernel[2](...) (nki.cpu_simulate(kernel)[2] for LNC 2)")
     return rank
 
 
@@ -54,7 +54,9 @@ def core_barrier(data, cores, engine=None, name=None):
     """Wait until every core of `cores` has reached this barrier (the n-th barrier over a set of
     cores on one core meets the n-th on each other). `data` names the tensor the cores synchronize
     on (AWS: shared HBM the cores both write); the simulator checks it is a tensor and records the
-    barrier as reading and writing it. `engine` (default GpSimd) is the engine that waits."""
+    barrier as reading and writing it. `engine` (default GpSimd) is the engine that waits. In a
+    one-program launch (LNC 1) the partner core runs another launch, which is not simulated: the
+    barrier waits for nothing."""
     from . import _ENGINE_NAMES, _record, _tensor
 
     instr = "nisa.core_barrier"
@@ -68,20 +70,23 @@ def core_barrier(data, cores, engine=None, name=None):
     if any(c not in LNC_CORES for c in cores):
         raise NKIError(instr, f"cores={cores}: a barrier synchronizes the NeuronCores of one LNC 2 logical core, "
                        "0 and 1 (AWS: only cores=(0, 1) is supported)", "pass cores=(0, 1)")
-    missing = [c for c in cores if c >= run.cores.n]
-    if missing:
-        raise NKIError(instr, f"cores={cores} includes core {missing[0]}, but this launch has {run.cores.n} "
-                       "program(s)", "launch the kernel on both cores: kernel[2](...) (nki.cpu_simulate(kernel)[2] "
-                       "for LNC 2), or pass cores=(0,) on one core")
-    if run.rank not in cores:
-        raise NKIError(instr, f"core {run.rank} issued a barrier over cores={cores}, which does not include it",
-                       f"list core {run.rank} in cores")
+    if run.core not in cores:
+        raise NKIError(instr, f"core {run.core} issued a barrier over cores={cores}, which does not include it",
+                       f"list core {run.core} in cores")
     group = run.cores
-    arrivals = group.arrivals[cores]
-    arrivals[run.rank] += 1
-    count = arrivals[run.rank]
-    group.wait(run.rank, lambda: all(arrivals[c] >= count for c in cores),
-               f"nisa.core_barrier(cores={cores}) number {count}")
+    if group.lnc > 1:
+        missing = [c for c in cores if c >= group.lnc]
+        if missing:
+            raise NKIError(instr, f"cores={cores} includes core {missing[0]}, but this launch has {group.lnc} "
+                           "programs", "list the launch's cores")
+        arrivals = group.arrivals[(run.world_rank, cores)]
+        arrivals[run.core] += 1
+        count = arrivals[run.core]
+        group.wait(run.gid, lambda: all(arrivals[c] >= count for c in cores),
+                   f"nisa.core_barrier(cores={cores}) number {count}")
+    # At LNC 1 (one program), AWS 2.33: the barrier still pairs the two physical cores of an HBM
+    # stack, each its own logical core running its own launch; the partner is not simulated, so
+    # there is nothing to wait for.
     _record(instr, eng, [data], [data], ("gpsimd", 0))
 
 
@@ -123,14 +128,14 @@ def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=None, n
         raise NKIError(instr, f"pipe_id must be an integer, got {pipe_id!r}") from None
     group = run.cores
     # What this core sends is what src holds now (a copy: the sender may overwrite src after).
-    group.mailboxes[(run.rank, to, pipe)].append(
-        (np.array(src.data, copy=True).reshape(src.partitions, -1), src.dtype, src.shape, run.rank))
-    inbox = group.mailboxes[(frm, run.rank, pipe)]
-    group.wait(run.rank, lambda: len(inbox) > 0,
-               f"nisa.sendrecv(recv_from_rank={frm}, pipe_id={pipe}) (core {frm} has not sent to core {run.rank})")
+    group.mailboxes[(run.world_rank, run.core, to, pipe)].append(
+        (np.array(src.data, copy=True).reshape(src.partitions, -1), src.dtype, src.shape, run.core))
+    inbox = group.mailboxes[(run.world_rank, frm, run.core, pipe)]
+    group.wait(run.gid, lambda: len(inbox) > 0,
+               f"nisa.sendrecv(recv_from_rank={frm}, pipe_id={pipe}) (core {frm} has not sent to core {run.core})")
     values, dtype, shape, sender = inbox.popleft()
     if dtype is not dst.dtype and dtype != dst.dtype or values.shape != (dst.partitions, dst.free_size):
-        raise NKIError(instr, f"core {run.rank} receives into a {_dt.name(dst.dtype)} {dst.shape} dst, but core "
+        raise NKIError(instr, f"core {run.core} receives into a {_dt.name(dst.dtype)} {dst.shape} dst, but core "
                        f"{sender} sent a {_dt.name(dtype)} {shape} tile on pipe_id {pipe}",
                        "give both cores' sendrecv tiles the same dtype, partitions and elements per partition")
     _store(dst, values.reshape(dst.shape))

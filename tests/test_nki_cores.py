@@ -719,3 +719,24 @@ def test_multi_rank_deadlock_and_mismatch_and_input_rules():
         nki.multi_rank_simulate(k, world_size=2, per_rank_inputs=[((x, rg), {"skip_rank": 0}), ((x, rg), {"skip_rank": 1})])
     with pytest.raises(nki.NKIError, match=r"rank 2 is in no rank-list of replica group \[\[0, 1\]\]"):
         nki.multi_rank_simulate(k, world_size=3, per_rank_inputs=[((x, rg), {})] * 3)
+
+
+def test_threads_only_where_programs_overlap():
+    """A grid without barriers runs in the calling thread; a program that starts while another
+    waits at a barrier gets a thread of its own."""
+    import threading
+
+    seen = []
+
+    @nki.jit
+    def k(a, barrier):
+        seen.append((nl.program_id(0), threading.current_thread() is threading.main_thread()))
+        if barrier:
+            nisa.core_barrier(a, (0, 1))
+        return None
+
+    k[4](np.zeros((2, 2), np.float32), False)
+    assert seen == [(0, True), (1, True), (2, True), (3, True)]
+    seen.clear()
+    k[2](np.zeros((2, 2), np.float32), True)
+    assert seen == [(0, True), (1, False)]

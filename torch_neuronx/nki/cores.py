@@ -2,12 +2,14 @@
 need (LNC 2: the two physical cores of a logical NeuronCore run the kernel at the same time and
 synchronize).
 
-Each program of a grid runs in its own thread, and the threads take turns: exactly one runs at a
-time, and a program gives the turn away only where it must wait for another core (a barrier the
-others have not reached, a sendrecv whose data has not been sent). The turn then goes to the next
-program in grid order that can run. So a launch is deterministic (the same interleaving every
-run), shared state (the trace, shared_hbm tensors) needs no locks, and a kernel without barriers
-runs exactly as a sequential loop over its programs would: program 0 to its end, then program 1.
+The programs take turns: exactly one runs at a time, and a program gives the turn away only where
+it must wait for another core (a barrier the others have not reached, a sendrecv whose data has not
+been sent). The turn then goes to the next program in grid order that can run. A waiting program
+keeps its place on its thread's stack, so a program that starts while another waits gets a thread
+of its own; otherwise a thread whose program finished runs the next one (a grid without barriers
+runs in the calling thread, one program after another). So a launch is deterministic (the same
+interleaving every run), shared state (the trace, shared_hbm tensors) needs no locks, and a kernel
+without barriers runs exactly as a sequential loop over its programs would.
 
 A deadlock (every unfinished program waits, e.g. at a core_barrier one core never reaches) is
 detected at the moment it happens, not by a timeout: the launch raises an NKIError naming what each
@@ -42,7 +44,7 @@ class Cores:
         self.world_size = world_size
         self._cond = threading.Condition()
         self._turn = 0
-        self._state = ["ready"] * n      # ready | waiting | done
+        self._state = ["ready"] * n      # new (not started) | ready (running) | waiting | done
         self._waiting = [None] * n        # (predicate, what, location) of a waiting program
         self._stop = None                 # the exception that stops the launch
         # core_barrier: per (rank, core set), how many barriers each core has reached.
@@ -82,20 +84,35 @@ class Cores:
 
     # ---------------------------------------------------------------- running the programs
     def run(self, bodies) -> list:
-        """Run `bodies[i]()` as program i (its own thread when there are several); their results.
-        The first error of a program (or a deadlock) is raised here."""
-        results = [None] * self.n
-        if self.n == 1:
-            results[0] = bodies[0]()
-            return results
+        """Run `bodies[i]()` as program i; their results. The first error of a program (or a
+        deadlock) is raised here.
 
-        def program(i):
+        Threads are made only where programs overlap: the calling thread runs program 0, and a
+        thread whose program finishes runs the next program that has not started yet. A new thread
+        starts a program only when the running one must wait (its stack holds its place). So a grid
+        without barriers runs its programs one after another in the calling thread."""
+        self._results = [None] * self.n
+        if self.n == 1:
+            self._results[0] = bodies[0]()
+            return self._results
+        self._bodies = bodies
+        self._threads = []
+        self._state = ["new"] * self.n
+        self._chain(0)
+        with self._cond:
+            self._cond.wait_for(lambda: self._stop is not None or all(x == "done" for x in self._state))
+            threads = list(self._threads)
+        for t in threads:
+            t.join()
+        if self._stop is not None:
+            raise self._stop
+        return self._results
+
+    def _chain(self, i) -> None:
+        """Run program i, then whatever program this thread is handed next (see _pass_turn)."""
+        while i is not None:
             try:
-                with self._cond:
-                    self._cond.wait_for(lambda: self._turn == i or self._stop is not None)
-                    if self._stop is not None:
-                        return
-                results[i] = bodies[i]()
+                self._results[i] = self._bodies[i]()
             except _Abort:
                 return
             except BaseException as exc:  # noqa: BLE001 - re-raised by the launching thread
@@ -106,30 +123,33 @@ class Cores:
                 return
             with self._cond:
                 self._state[i] = "done"
-                self._pass_turn(i)
+                i = self._pass_turn(i, free=True)
 
-        threads = [threading.Thread(target=program, args=(i,), name=f"nki-core-{i}", daemon=True)
-                   for i in range(self.n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if self._stop is not None:
-            raise self._stop
-        return results
-
-    def _pass_turn(self, i: int) -> None:
-        """Give the turn to the next program after i (grid order, wrapping) that can run; with
-        none and some still waiting, the programs deadlocked. Called holding the lock."""
+    def _pass_turn(self, i: int, free: bool):
+        """Give the turn to the next program after i (grid order, wrapping) that can run: a waiting
+        one whose condition holds, or one not started yet, which this thread runs itself if its own
+        program finished (`free`, the program is returned), else a new thread runs. With none and
+        some still waiting, the programs deadlocked. Called holding the lock."""
         for k in range(1, self.n + 1):
             j = (i + k) % self.n
-            if self._state[j] == "ready" or (self._state[j] == "waiting" and self._waiting[j][0]()):
+            state = self._state[j]
+            if state == "new":
+                self._turn = j
+                self._state[j] = "ready"
+                if free:
+                    return j
+                thread = threading.Thread(target=self._chain, args=(j,), name=f"nki-{self.label(j)}", daemon=True)
+                self._threads.append(thread)
+                thread.start()
+                return None
+            if state == "waiting" and self._waiting[j][0]():
                 self._turn = j
                 self._cond.notify_all()
-                return
-        if any(s == "waiting" for s in self._state):
+                return None
+        if any(x == "waiting" for x in self._state):
             self._stop = self._deadlock()
         self._cond.notify_all()
+        return None
 
     def _deadlock(self) -> NKIError:
         lines = []
@@ -160,7 +180,7 @@ class Cores:
         with self._cond:
             self._state[rank] = "waiting"
             self._waiting[rank] = (predicate, what, location)
-            self._pass_turn(rank)
+            self._pass_turn(rank, free=False)
             self._cond.wait_for(lambda: self._turn == rank and self._state[rank] == "waiting"
                                 and predicate() or self._stop is not None)
             if self._stop is not None:

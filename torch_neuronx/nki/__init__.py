@@ -13,12 +13,12 @@ See docs/nki.md.
 
 from torch_neuronx import _nki_aliases
 
-from . import compiler, isa, language, typing
+from . import collectives, compiler, isa, language, typing
 from .dtypes import dtype
 from .cost import BenchmarkResult, dma_efficiency, roofline_us
 from .errors import NKIError
-from .kernel import (Kernel, Launcher, baremetal, benchmark, cpu_simulate, jit, profile, simulate,
-                     simulate_kernel)
+from .kernel import (Kernel, Launcher, baremetal, benchmark, cpu_simulate, jit, multi_rank_simulate, profile,
+                     simulate, simulate_kernel)
 from .runtime import Instr
 from .targets import TARGETS, Target, get_target
 from .tensor import NkiTensor
@@ -27,7 +27,7 @@ from .tensor import NkiTensor
 _nki_aliases.install()
 
 __all__ = [
-    "compiler", "isa", "language", "typing", "dtype", "jit", "Kernel", "Launcher", "simulate", "simulate_kernel", "cpu_simulate", "baremetal",
+    "collectives", "compiler", "isa", "language", "typing", "dtype", "jit", "Kernel", "Launcher", "simulate", "simulate_kernel", "cpu_simulate", "multi_rank_simulate", "baremetal",
     "benchmark", "profile",
     "BenchmarkResult", "roofline_us", "dma_efficiency", "NKIError", "NkiTensor", "Instr",
     "TARGETS", "Target", "get_target",

@@ -6,7 +6,7 @@
 physical place, so two blocks (or two tensors) may share memory, and a kernel that reuses a buffer
 on purpose (modulo allocation, double buffering) must see its own earlier writes there.
 
-So directly allocated tensors are views of one physical memory per buffer kind and launch: a
+So directly allocated tensors are views of one physical memory per buffer kind and program (core): a
 [128, bytes per partition] byte array (SBUF: the target's capacity; PSUM: 8 banks of 2 KiB),
 poisoned with 0xFF (NaN for float types) like any fresh buffer. One `Allocation` per dtype views it
 (tensor dtypes come from their allocation), all with one id, so the cost model's dependency

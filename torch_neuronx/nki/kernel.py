@@ -20,6 +20,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from .blas import single_threaded
+from .cores import Cores
 from .cost import BenchmarkResult, estimate, schedule
 from .errors import NKIError
 from .runtime import Run, active, set_run
@@ -218,28 +219,159 @@ def launch(kernel: Kernel, grid: tuple, args, kwargs, target=None):
     return converted, run
 
 
+class _Programs:
+    """One launch's programs, ready to run: arguments converted into simulated HBM, one forked Run
+    per program of the grid (each a NeuronCore with its own on-chip memory and registers)."""
+
+    def __init__(self, kernel: Kernel, grid: tuple, run: Run, args, kwargs, world_rank=0, world_size=1):
+        self.kernel, self.grid, self.run = kernel, grid, run
+        self.pairs = []  # (caller's array or tensor, its HBM copy) for the write-back
+        names = _parameter_names(kernel.func)
+        self.args = [_convert_argument(a, names[i] if i < len(names) else i, self.pairs) for i, a in enumerate(args)]
+        self.kwargs = {k: _convert_argument(v, k, self.pairs) for k, v in kwargs.items()}
+        self.programs = [run.fork(pid, core) for core, pid in enumerate(itertools.product(*(range(g) for g in grid)))] \
+            if grid else [run]
+        for program in self.programs:
+            program.world_rank, program.world_size = world_rank, world_size
+
+    def bodies(self, cores: Cores, first: int) -> list:
+        """The programs' bodies for `cores`, whose programs `first`, first + 1, ... they are."""
+        self.run.launch.cores = cores
+        bodies = []
+        for i, program in enumerate(self.programs):
+            program.gid = first + i
+            bodies.append(self._body(program))
+        return bodies
+
+    def _body(self, program):
+        def execute():
+            previous = set_run(program)
+            try:
+                return self.kernel.func(*self.args, **self.kwargs)
+            finally:
+                set_run(previous)
+        return execute
+
+    def settle(self) -> None:
+        """After the programs ran (or failed): the launch's state, for kernel.last_run."""
+        run = self.run
+        if self.grid:
+            run.peak_sbuf = max(p.peak_sbuf for p in self.programs)
+            run.peak_psum_banks = max(p.peak_psum_banks for p in self.programs)
+        self.kernel.last_trace = run.trace
+        self.kernel.last_run = run
+
+    def finish(self, result, torch_mode: bool, torch_device):
+        for original, tensor in self.pairs:
+            if tensor.alloc.written:
+                _write_back(original, tensor)
+        _record_aliases(self.run, self.pairs, result)
+        return _convert_output(result, torch_device, torch_mode)
+
+
 def _simulate(kernel: Kernel, grid: tuple, run: Run, args, kwargs, torch_mode: bool, torch_device):
-    """Every program of the grid in the simulator; the outputs converted back."""
-    pairs = []  # (caller's array or tensor, its HBM copy) for the write-back
-    names = _parameter_names(kernel.func)
-    cargs = [_convert_argument(a, names[i] if i < len(names) else i, pairs) for i, a in enumerate(args)]
-    ckwargs = {k: _convert_argument(v, k, pairs) for k, v in kwargs.items()}
-    previous = set_run(run)
+    """Every program of the grid in the simulator; the outputs converted back. The programs run
+    concurrently, taking turns (cores.Cores), so that core_barrier / sendrecv work."""
+    launch = _Programs(kernel, grid, run, args, kwargs)
+    cores = Cores(len(launch.programs))
     try:
         with single_threaded():
-            result = None
-            for pid in itertools.product(*(range(g) for g in grid)):
-                run.start_program(pid)
-                result = kernel.func(*cargs, **ckwargs)
+            results = cores.run(launch.bodies(cores, 0))
     finally:
-        set_run(previous)
-        kernel.last_trace = run.trace
-        kernel.last_run = run
-    for original, tensor in pairs:
-        if tensor.alloc.written:
-            _write_back(original, tensor)
-    _record_aliases(run, pairs, result)
-    return _convert_output(result, torch_device, torch_mode)
+        launch.settle()
+    return launch.finish(results[-1], torch_mode, torch_device)
+
+
+def multi_rank_simulate(kernel, *, world_size: int, per_rank_inputs) -> list:
+    """AWS's `nki.multi_rank_simulate(kernel, world_size=N, per_rank_inputs=...)`: run the kernel
+    on N ranks in one process, so that its `nki.collectives` calls communicate; rank r runs
+    `kernel(*args, **kwargs)` with its `(args, kwargs)` pair (`per_rank_inputs`: a sequence in rank
+    order, or a mapping with the keys 0 .. N-1). Returns the ranks' outputs, in rank order.
+
+    As AWS documents, every rank runs the same specialization: array arguments may differ in
+    contents but not in shape or dtype, other arguments must be equal on every rank. `kernel[lnc]`
+    runs each rank on `lnc` cores. Each rank has its own HBM (arguments, shared_hbm outputs) and
+    trace (`kernel.last_run` / `last_trace` are the last rank's); all ranks' cores take turns in
+    one scheduler (cores.Cores)."""
+    k, grid = _as_kernel(_launchable(kernel))
+    instr = "nki.multi_rank_simulate"
+    if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
+        raise NKIError(instr, f"world_size must be a positive integer, got {world_size!r}")
+    pairs = _rank_inputs(per_rank_inputs, int(world_size), instr)
+    target = get_target(k.options.get("platform_target"))
+    launches = []
+    torch_modes = []
+    for rank, (args, kwargs) in enumerate(pairs):
+        inputs = [a for a in itertools.chain(args, kwargs.values()) if _is_torch_tensor(a)]
+        torch_modes.append((bool(inputs), inputs[0].device if inputs else None))
+        launches.append(_Programs(k, grid, Run(target, grid), args, kwargs, rank, int(world_size)))
+    total = sum(len(launch.programs) for launch in launches)
+    cores = Cores(total, lnc=len(launches[0].programs), world_size=int(world_size))
+    bodies = []
+    for launch in launches:
+        bodies += launch.bodies(cores, len(bodies))
+    try:
+        with single_threaded():
+            results = cores.run(bodies)
+    finally:
+        for launch in launches:
+            launch.settle()
+    outputs = []
+    for rank, launch in enumerate(launches):
+        last = (rank + 1) * len(launch.programs) - 1
+        outputs.append(launch.finish(results[last], *torch_modes[rank]))
+    return outputs
+
+
+def _rank_inputs(per_rank_inputs, world_size: int, instr) -> list:
+    """per_rank_inputs as a list of (args tuple, kwargs dict) in rank order, checked as AWS
+    documents: the same parameters, array shapes and dtypes, and equal other arguments."""
+    if isinstance(per_rank_inputs, dict):
+        if sorted(per_rank_inputs) != list(range(world_size)):
+            raise NKIError(instr, f"per_rank_inputs has the keys {sorted(per_rank_inputs)}; it needs one for each "
+                           f"rank 0 .. {world_size - 1}")
+        items = [per_rank_inputs[r] for r in range(world_size)]
+    else:
+        items = list(per_rank_inputs)
+        if len(items) != world_size:
+            raise NKIError(instr, f"per_rank_inputs has {len(items)} entries for world_size={world_size}",
+                           "give one (args, kwargs) pair per rank")
+    pairs = []
+    for rank, item in enumerate(items):
+        try:
+            args, kwargs = item
+            args, kwargs = tuple(args), dict(kwargs)
+        except (TypeError, ValueError):
+            raise NKIError(instr, f"per_rank_inputs[{rank}] must be an (args tuple, kwargs dict) pair, got "
+                           f"{type(item).__name__}") from None
+        pairs.append((args, kwargs))
+
+    def signature(args, kwargs):
+        def one(v):
+            if isinstance(v, np.ndarray) or _is_torch_tensor(v):
+                return ("array", tuple(v.shape), str(v.dtype))
+            return ("value", v)
+        return [one(a) for a in args], {k: one(v) for k, v in sorted(kwargs.items())}
+
+    first = signature(*pairs[0])
+    for rank, (args, kwargs) in enumerate(pairs[1:], 1):
+        other = signature(args, kwargs)
+        if len(other[0]) != len(first[0]) or sorted(other[1]) != sorted(first[1]):
+            raise NKIError(instr, f"rank {rank} passes other parameters than rank 0",
+                           "every rank runs the same kernel: pass the same parameters")
+        for name, a, b in [(i, x, y) for i, (x, y) in enumerate(zip(first[0], other[0]))] + \
+                [(n, first[1][n], other[1][n]) for n in first[1]]:
+            try:
+                same = a == b
+                same = bool(same) if not isinstance(same, np.ndarray) else bool(same.all())
+            except Exception:  # noqa: BLE001 - objects without a usable ==
+                same = a is b
+            if not same:
+                what = "arrays must have the same shape and dtype" if a[0] == b[0] == "array" else \
+                    "non-array arguments are static and must be equal"
+                raise NKIError(instr, f"argument {name!r} differs between rank 0 ({a[1:] if a[0] == 'array' else a[1]!r}) "
+                               f"and rank {rank} ({b[1:] if b[0] == 'array' else b[1]!r}): {what} on every rank (AWS)")
+    return pairs
 
 
 def _record_aliases(run: Run, pairs, result) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import operator
 import types
 
 import ml_dtypes
@@ -250,6 +251,39 @@ def sequential_range(start, stop=None, step=1, directives=None):
 def static_range(start, stop=None, step=1, directives=None):
     """Fully unrolled loop. A Python range."""
     return builtins.range(start, stop, step) if stop is not None else builtins.range(start)
+
+
+def _bound(value, role):
+    from .isa.registers import VirtualRegister
+
+    if isinstance(value, VirtualRegister):
+        return value.get("nl.dynamic_range")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise NKIError("nl.dynamic_range", f"{role} must be an integer or a register (nisa.register_alloc), "
+                       f"got {value!r}") from None
+
+
+def dynamic_range(start, stop=None, step=1):
+    """`nl.dynamic_range`: a loop whose bounds are known only on the device: `start` / `stop` may be
+    registers (nisa.register_alloc); `step` is a positive integer constant (AWS). The simulator
+    reads the registers when the loop starts (they hold their values here) and runs a Python range."""
+    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step <= 0:
+        raise NKIError("nl.dynamic_range", f"step must be a positive integer constant, got {step!r}",
+                       "registers may bound the loop (start, stop), not step it")
+    if stop is None:
+        return builtins.range(_bound(start, "stop"))
+    return builtins.range(_bound(start, "start"), _bound(stop, "stop"), int(step))
+
+
+def fori_loop(lower, upper, body_fun, step=1):
+    """`nl.fori_loop`: `body_fun(i)` for i in dynamic_range(lower, upper, step), i passed as a
+    register (AWS: by value; writing it does not change the loop)."""
+    from .isa.registers import VirtualRegister
+
+    for i in dynamic_range(lower, upper, step):
+        body_fun(VirtualRegister(i))
 
 
 def range(start, stop=None, step=1, directives=None):  # noqa: A001 - the NKI name
@@ -534,6 +568,7 @@ __all__ = [
     "float8_e4m3fn_x4", "float8_e5m2_x4", "float4_e2m1fn_x4", "float8_e8m0fnu",
     "ndarray", "zeros", "ones", "full", "zeros_like", "ndarray_like",
     "program_id", "num_programs", "program_ndim", "affine_range", "sequential_range", "static_range", "range",
+    "dynamic_range", "fori_loop",
     "shared_identity_matrix",
     "load", "store", "copy", "matmul", "transpose", "random_seed", "dropout", "sum", "max", "min", "prod", "mean",
     *_ops.UNARY, *_ops.BINARY,

@@ -44,20 +44,39 @@ class Instr:
                 f"dtypes={self.dtypes}, buffers={self.buffers}, bytes={self.nbytes}, at {self.location})")
 
 
+class _Launch:
+    """What every program of one launch shares: the instruction trace, the shared_hbm outputs, the
+    random generator, and the cores' scheduler (cores.Cores, for core_barrier / sendrecv)."""
+
+    __slots__ = ("trace", "shared", "rng", "cores")
+
+    def __init__(self):
+        self.trace: list[Instr] = []
+        self.shared: list[Allocation] = []
+        self.rng = None
+        self.cores = None
+
+
 class Run:
-    def __init__(self, target: Target, grid: tuple):
+    """One program's view of a launch. A grid launch makes one Run per program (`fork`): each
+    program is a NeuronCore with its own SBUF/PSUM (capacity, direct allocations), accumulation
+    registers and mask, and all share the launch's trace, shared_hbm tensors and generator."""
+
+    def __init__(self, target: Target, grid: tuple, launch: _Launch | None = None):
         self.target = target
         self.grid = grid
         self.program_id = (0,) * len(grid)
-        self.trace: list[Instr] = []
+        self.core = 0  # the program's linear index in the grid: its core in core_barrier / sendrecv
+        self.gid = 0  # its index among all programs the scheduler runs (cores.Cores)
+        self.world_rank, self.world_size = 0, 1  # its rank for nki.collectives (nki.multi_rank_simulate)
+        self.launch = launch if launch is not None else _Launch()
+        self.programs: list[Run] = []  # the per-program Runs a grid launch forked (kernel.launch)
         self.sbuf_used = 0
         self.psum_banks_used = 0
         self.peak_sbuf = 0
         self.peak_psum_banks = 0
         self.mask = None  # the older dialect's mask= of the instruction being executed (indexing.Mask array)
-        self.shared: list[Allocation] = []  # shared_hbm allocations, reused by every program
-        self.shared_index = 0
-        self.rng = None  # nisa.dropout's generator (nl.random_seed), created on first use
+        self.shared_index = 0  # how many shared_hbm tensors this program has allocated
         # The engines' accumulation registers (nisa.reduce_cmd), per engine name: see isa.Accumulators.
         # Reset (state unknown) at the start of every program of the grid.
         self.accumulators: dict = {}
@@ -67,18 +86,34 @@ class Run:
         self.direct_ids: dict = {}
         self.direct_acc: dict = {}  # PSUM: the accumulation-group state of the physical memory
 
-    def start_program(self, pid) -> None:
-        """A program of the grid starts on its own NeuronCore (AWS: with LNC 2 each program is one
-        physical core): the engines' accumulation registers are unknown, its directly allocated
-        SBUF/PSUM holds no data of an earlier program (poisoned again) and no matmul
-        accumulation group is open."""
-        self.program_id = pid
-        self.shared_index = 0
-        self.accumulators.clear()
-        for mem in self.direct_memory.values():
-            mem.fill(0xFF)
-        for acc in self.direct_acc.values():
-            acc.fill(0)
+    def fork(self, program_id: tuple, core: int) -> "Run":
+        """The Run of one program of this launch's grid."""
+        child = Run(self.target, self.grid, self.launch)
+        child.program_id = program_id
+        child.core = core
+        self.programs.append(child)
+        return child
+
+    # Shared by every program of the launch.
+    @property
+    def trace(self) -> list:
+        return self.launch.trace
+
+    @property
+    def shared(self) -> list:
+        return self.launch.shared  # shared_hbm allocations, reused by every program
+
+    @property
+    def rng(self):
+        return self.launch.rng  # nisa.dropout's generator (nl.random_seed), created on first use
+
+    @rng.setter
+    def rng(self, value):
+        self.launch.rng = value
+
+    @property
+    def cores(self):
+        return self.launch.cores
 
     # ------------------------------------------------------------------ memory
     def allocate(self, shape, dtype, buffer, name=None, instruction="nl.ndarray", address=None) -> NkiTensor:

@@ -2,7 +2,7 @@
 
 `kernel[nl.spmd_dim(4, nl.nc(2)), 2]` is a grid dimension of 4 x 2 = 8 programs, which AWS
 distributes over two physical NeuronCores; `kernel[nl.nc(2), 2]` is a dimension of 2, one per core.
-The simulator runs every program of a grid in order on one core (the cost model's limit), so an
+The simulator runs every program of a grid as a NeuronCore of its own (nki/cores.py), so an
 annotated dimension is just its size: the product of its factors.
 """
 

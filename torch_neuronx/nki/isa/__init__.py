@@ -271,6 +271,29 @@ def _scalar_operand(value, instr, role, partitions, eng):
     raise NKIError(instr, f"{role} must be a number or a [P, 1] tensor, got {type(value).__name__}")
 
 
+# AWS's "Arithmetic Unary" ALU operators (NKI API, "Supported Math Operators for NKI ISA"): an
+# instruction's op may be one of them, applied to the data alone, with its operand None or 0.
+ALU_UNARY = ("abs", "square", "relu", "rsqrt", "reciprocal")
+
+
+def _alu(op, operand, instr, role, partitions, eng):
+    """An ALU operator and its scalar operand, as `(fn(x), operand tensor or None)`: a binary op
+    with a number or [P, 1] operand (`reverse` applied by the caller), or a unary ALU operator
+    (abs, square, relu, rsqrt, reciprocal) whose operand must be None or 0."""
+    token = _ops.resolve(op, instr)
+    if token.arity == 1:
+        if token.name not in ALU_UNARY:
+            raise NKIError(instr, f"{token!r} is an activation function, not an ALU operator (the ALU's unary "
+                           f"operators are nl.{', nl.'.join(ALU_UNARY)})",
+                           "compute it with nisa.activation on the Scalar Engine")
+        if operand is not None and not (isinstance(operand, (int, float, np.number)) and operand == 0):
+            raise NKIError(instr, f"{role} is {operand!r}, but {token!r} is a unary operator: its operand must be "
+                           "None or 0", f"pass {role}=0.0")
+        return (lambda x, reverse=False: token.fn(x)), None
+    value, tensor = _scalar_operand(operand, instr, role, partitions, eng)
+    return (lambda x, reverse=False: token.fn(value, x) if reverse else token.fn(x, value)), tensor
+
+
 def _issued() -> bool:
     """False when the active mask excludes every element: the instruction is not issued."""
     run = active()
@@ -514,11 +537,10 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
     for op, operand, reverse, role in ((op0, operand0, reverse0, "operand0"), (op1, operand1, reverse1, "operand1")):
         if op is None:
             continue
-        token = _ops.resolve(op, instr, 2)
-        value, tensor = _scalar_operand(operand, instr, role, data.partitions, eng)
+        fn, tensor = _alu(op, operand, instr, role, data.partitions, eng)
         if tensor is not None:
             reads.append(tensor)
-        x = token.fn(value, x) if reverse else token.fn(x, value)
+        x = fn(x, reverse)
     _write(dst, x)
     _record(instr, eng, [dst], reads, ("elementwise", dst.free_size))
 
@@ -572,10 +594,9 @@ def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False
     rtoken = _register_op(instr, None if reduce_op is Ellipsis else reduce_op) if reducing else None
     cmd = _command(reduce_cmd, instr, ("reset", "reduce", "reset_reduce"), "reset_reduce") if reducing else None
     res = _reduce_operand(instr, reduce_res, data.partitions, "vector") if reduce_res is not None else None
-    value, tensor = _scalar_operand(operand0, instr, "operand0", data.partitions, eng)
-    t0, t1 = _ops.resolve(op0, instr, 2), _ops.resolve(op1, instr, 2)
-    x = _f32_2d(data)
-    x = t0.fn(value, x) if reverse0 else t0.fn(x, value)
+    f0, tensor = _alu(op0, operand0, instr, "operand0", data.partitions, eng)
+    t1 = _ops.resolve(op1, instr, 2)
+    x = f0(_f32_2d(data), reverse0)
     y = _f32_2d(other)
     _write(dst, t1.fn(y, x) if reverse1 else t1.fn(x, y))
     writes = [dst]
@@ -689,7 +710,7 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
 class Accumulators:
     """One engine's accumulation registers (AWS: `reduce_regs`, one 32-bit register per compute
     lane, 128 in all): a float32 value per partition lane, and whether this program has set it.
-    They persist across instructions of the engine (`nisa.reduce_cmd`); they live in the launch's
+    They persist across instructions of the engine (`nisa.reduce_cmd`); they live in the program's
     `Run` (`run.accumulators[engine]`) and start unknown in every program of the grid."""
 
     def __init__(self):
@@ -856,7 +877,6 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
     if data.ndim > 4 or dst.ndim > 4:
         raise NKIError(instr, f"data {data.shape} / dst {dst.shape} have more than three free dimensions",
                        "reshape the tiles to at most [P, a, b, c]")
-    token = _ops.resolve(op0, instr, 2)
     rtoken = _register_op(instr, reduce_op)
     cmd = _command(reduce_cmd, instr, _COMMANDS, "reset_reduce")
     res = _reduce_operand(instr, reduce_res, data.partitions, "vector") if reduce_res is not None else None
@@ -869,7 +889,7 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
                        f"got reduce_init={reduce_init!r} with reduce_cmd={cmd}",
                        "pass both reduce_cmd=nisa.reduce_cmd.load_reduce and reduce_init, or neither")
     reads = [data]
-    value, tensor = _scalar_operand(operand0, instr, "operand0", data.partitions, "vector")
+    f0, tensor = _alu(op0, operand0, instr, "operand0", data.partitions, "vector")
     if tensor is not None:
         reads.append(tensor)
     init = None
@@ -878,8 +898,7 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
         init = np.broadcast_to(init, (data.partitions, 1)).reshape(-1)
         if init_tensor is not None:
             reads.append(init_tensor)
-    x = _f32_2d(data)
-    _write(dst, token.fn(value, x) if reverse0 else token.fn(x, value))
+    _write(dst, f0(_f32_2d(data), reverse0))
     writes = [dst]
     lanes = _lanes(data)
     partial = _partial_reduce(dst, rtoken) if cmd != "reset" else None
@@ -1045,3 +1064,5 @@ del _name, _fn
 
 from .mx import nc_matmul_mx, quantize_mx  # noqa: E402,F401 - NeuronCore-v4 MX instructions (isa/mx.py)
 from .small import dma_transpose, get_nc_version, max8, nc_find_index8, nc_match_replace8, nc_n_gather, nc_stream_shuffle, nc_version, nonzero_with_count  # noqa: E402,F401 - isa/small.py
+from .lnc import core_barrier, sendrecv  # noqa: E402,F401 - cross-core instructions of LNC 2 (isa/lnc.py)
+from .registers import VirtualRegister, register_alloc, register_load, register_move, register_store  # noqa: E402,F401 - isa/registers.py

@@ -68,7 +68,6 @@ DIFFERENCES = {
     "nki.isa.nc_stream_shuffle": "AWS's rules on the start partitions of `src` and `dst` are not checked",
     "nki.isa.bn_stats": "its 6-value layout is the simulator's own (AWS does not document it); only "
                         "`bn_aggr` reads it",
-    "nki.isa.get_nc_version": "never returns `gen2`: the simulator has no trn1 target",
     "nki.compiler.skip_middle_end_transformations": "returns the kernel unchanged: the simulator runs "
                                                     "the kernel's Python as written",
     "nki.compiler.enable_stack_allocator": "returns the kernel unchanged: the simulator allocates as "

@@ -15,7 +15,7 @@ It reads the reference's Sphinx sources, names only (no code, no text):
   with ``ast``: methods, properties and class attributes (enum members); the attribute-only
   template documents attributes only.
 
-Two references: the current one (``nki/api/``, NKI 0.x in Neuron 2.2x+, ``import nki``) and the
+Two references: the current one (``nki/api/``, ``import nki``), read at the repository's HEAD, and the
 previous one (``general/nki/api/``, ``neuronxcc.nki``), read at the last commit that had it.
 Then regenerate the page: ``python -m torch_neuronx.nki.api_status --write``.
 """

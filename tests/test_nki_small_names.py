@@ -32,7 +32,8 @@ def _nc_version_kernel(x):
     return out
 
 
-@pytest.mark.parametrize("target, gen, scale", [("trn2", nisa.nc_version.gen3, 3.0),
+@pytest.mark.parametrize("target, gen, scale", [("trn1", nisa.nc_version.gen2, 3.0),
+                                                ("trn2", nisa.nc_version.gen3, 3.0),
                                                 ("trn3", nisa.nc_version.gen4, 4.0)])
 def test_get_nc_version_is_the_simulated_targets_generation(monkeypatch, target, gen, scale):
     monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", target)
@@ -88,7 +89,7 @@ def test_nl_range_drives_a_tiled_kernel():
 
 
 # ---------------------------------------------------------------------------- nl.tile_size
-@pytest.mark.parametrize("target, sbuf", [("trn2", 224 * 1024), ("trn3", 256 * 1024)])
+@pytest.mark.parametrize("target, sbuf", [("trn1", 192 * 1024), ("trn2", 224 * 1024), ("trn3", 256 * 1024)])
 def test_tile_size_sbuf_fields_follow_the_target(monkeypatch, target, sbuf):
     monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", target)
     ts = nl.tile_size

@@ -521,9 +521,9 @@ torch_compile_debug = _declare(
 # NKI simulator.
 platform_target = _declare(
     "NEURON_PLATFORM_TARGET_OVERRIDE", "trn2", _text, PER_CALL, NKI,
-    values="`trn2`, `trn3` (case-insensitive, surrounding spaces ignored)",
-    doc=("Target generation of simulated NKI launches: SBUF capacity per partition (224 KiB on "
-         "trn2, 256 KiB on trn3) and the default target of the cost model. An unknown value makes "
+    values="`trn1`, `trn2`, `trn3` (case-insensitive, surrounding spaces ignored)",
+    doc=("Target generation of simulated NKI launches: SBUF capacity per partition (192 KiB on trn1, "
+         "224 KiB on trn2, 256 KiB on trn3) and the default target of the cost model. An unknown value makes "
          "the launch raise `NKIError` naming the variable and the known targets. "
          "`nki.benchmark(kernel, target=...)` overrides it for that run."))
 

@@ -1,7 +1,7 @@
 """Per-generation figures used by the simulator (capacity) and the cost model (clocks, DMA).
 
 Figures and their sources: docs/hardware-figures.md#neuroncore-and-nki-figures. The target of a plain simulated run comes from
-NEURON_PLATFORM_TARGET_OVERRIDE (trn2 or trn3, default trn2), read at each launch.
+NEURON_PLATFORM_TARGET_OVERRIDE (trn1, trn2 or trn3, default trn2), read at each launch.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class Target:
     dma_queue_bytes_per_ns: float = 23.0
     dma_setup_us: float = 1.3
     fp8_matmul_speedup: float = 1.0  # TensorE rate of fp8 relative to bf16
-    neuron_core: int = 3  # NeuronCore generation: trn2 has NeuronCore-v3, trn3 NeuronCore-v4 (MX types)
+    neuron_core: int = 3  # NeuronCore generation: trn1 NeuronCore-v2, trn2 NeuronCore-v3, trn3 NeuronCore-v4 (MX types)
 
     @property
     def psum_banks(self) -> int:
@@ -48,6 +48,12 @@ class Target:
 
 
 TARGETS = {
+    # NeuronCore-v2 (docs/hardware-figures.md#neuroncore-and-nki-figures): AWS's Trainium/Inferentia2
+    # guide gives the engine clocks, the 92 BF16/FP16/TF32/cFP8 TensorE TFLOPS (cFP8 at the BF16 rate)
+    # and the 192 KiB SBUF partitions; AWS's DMA guide 17 bytes/ns per DMA engine.
+    "trn1": Target("trn1", 192 * KIB, 16 * KIB, 2 * KIB,
+                   {"tensor": 2.8, "vector": 1.12, "scalar": 1.4, "gpsimd": 1.4},
+                   dma_queue_bytes_per_ns=17.0, fp8_matmul_speedup=1.0, neuron_core=2),
     "trn2": Target("trn2", 224 * KIB, 16 * KIB, 2 * KIB,
                    {"tensor": 2.4, "vector": 0.96, "scalar": 1.2, "gpsimd": 1.2},
                    # docs/hardware-figures.md#chip-figures, trn2 chip: FP8 1299 TFLOPS / dense BF16 667 TFLOPS

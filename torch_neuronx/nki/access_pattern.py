@@ -55,7 +55,11 @@ def access_pattern(t, pattern, offset=0, scalar_offset=None, vector_offset=None,
     else:
         base = np.ndarray(((storage.nbytes - start) // item,), vstorage, buffer=storage, offset=start)
     view = np.lib.stride_tricks.as_strided(base, shape=shape, strides=strides)
-    return NkiTensor(t.alloc, view, start, dtype=_view_dtype(vdtype, t.alloc.dtype))
+    out = NkiTensor(t.alloc, view, start, dtype=_view_dtype(vdtype, t.alloc.dtype))
+    if scalar_offset is not None:  # an indirect view (NkiTensor.is_indirect)
+        from .tensor import _INDIRECT
+        _INDIRECT.add(out)
+    return out
 
 
 def _view_dtype(vdtype, alloc_dtype):

@@ -636,3 +636,120 @@ def test_nki_tensor_is_the_tile_type():
     np.testing.assert_array_equal(got, x.astype(BF16))
     with pytest.raises(NKIError, match="expected"):
         run(lambda t: t.assert_shape((4, 8)), x)
+
+
+# ---------------------------------------------------------------------------- per-partition indirection
+@pytest.mark.parametrize("shape", [(10, 6), (7, 3, 4)])
+def test_vector_select_gathers_rows_per_partition(shape):
+    data = _data(shape, np.float32)
+    rows = RNG.integers(0, shape[0], (16, 1)).astype(np.int32)
+
+    def kernel(data, rows):
+        out = nl.ndarray((16,) + shape[1:], nl.float32, buffer=nl.shared_hbm)
+        r = nl.load(rows)
+        view = data.vector_select(0, r)
+        assert view.is_indirect() and view.shape == (16,) + shape[1:]
+        tile = nl.ndarray((16,) + shape[1:], nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(tile, view)
+        nl.store(out, tile)
+        return out
+
+    np.testing.assert_array_equal(run_plain(kernel, data, rows), data[rows[:, 0]])
+
+
+def test_vector_select_scatters_and_checks_bounds():
+    base = np.zeros((12, 5), np.float32)
+    val = _data((4, 5), np.float32)
+
+    def kernel(base, val, rows, skip):
+        out = nl.ndarray(base.shape, nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(base))
+        nisa.dma_copy(out.vector_select(0, nl.load(rows)), nl.load(val),
+                      oob_mode=nisa.oob_mode.skip if skip else None)
+        return out
+
+    rows = np.array([[3], [0], [11], [7]], np.int32)
+    ref = base.copy()
+    ref[rows[:, 0]] = val
+    np.testing.assert_array_equal(run_plain(kernel, base, val, rows, False), ref)
+    bad = np.array([[3], [12], [11], [-1]], np.int32)
+    with pytest.raises(NKIError, match="out of bounds"):
+        run_plain(kernel, base, val, bad, False)
+    ref = base.copy()
+    ref[[3, 11]] = val[[0, 2]]  # oob_mode=skip leaves the out-of-range rows out
+    np.testing.assert_array_equal(run_plain(kernel, base, val, bad, True), ref)
+
+
+def test_vector_select_rules():
+    data = _data((4, 8), np.float32)
+
+    def kernel(data, rows, case):
+        r = nl.load(rows)
+        if case == "dim":
+            data.vector_select(1, r)
+        elif case == "sbuf":
+            nl.load(data).vector_select(0, r)
+        elif case == "twice":
+            data.select(0, r[0:1]).vector_select(0, r)
+        elif case == "float":
+            data.vector_select(0, nl.load(data[:, 0:1]))
+        return data
+
+    rows = np.zeros((4, 1), np.int32)
+    for case, message in (("dim", "must be 0"), ("sbuf", "HBM tensors only"), ("twice", "already uses indirect"),
+                          ("float", "integer type")):
+        with pytest.raises(NKIError, match=message):
+            run_plain(kernel, data, rows, case)
+
+
+@pytest.mark.parametrize("n_rows, width", [(8, 4), (16, 1)])
+def test_ap_vector_offset_indexes_the_indirect_dimension(n_rows, width):
+    """As nki-library's router_topk and attention_tkg use it: partition p addresses element
+    v[p] * stride(indirect_dim) (+ the inner pairs); the first pair's step is replaced."""
+    table = _data((20, width), np.float32)
+    rows = RNG.permutation(20)[:n_rows].reshape(n_rows, 1).astype(np.int32)
+
+    def gather(table, rows):
+        out = nl.ndarray((n_rows, width), nl.float32, buffer=nl.shared_hbm)
+        tile = nl.ndarray((n_rows, width), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(tile, table.ap([[width, n_rows], [1, width]], offset=0, vector_offset=nl.load(rows),
+                                     indirect_dim=0))
+        nl.store(out, tile)
+        return out
+
+    np.testing.assert_array_equal(run_plain(gather, table, rows), table[rows[:, 0]])
+
+    def scatter_1d(table, rows):  # a flattened 1-D target, one element per partition
+        out = nl.ndarray((20 * width,), nl.float32, buffer=nl.shared_hbm)
+        zeros = nl.zeros((1, 20 * width), nl.float32, buffer=nl.sbuf)
+        nl.store(out.reshape((1, 20 * width)), zeros)
+        vals = nl.load(table[0:n_rows, 0:1])
+        nisa.dma_copy(out.ap([[7, n_rows], [1, 1]], offset=0, vector_offset=nl.load(rows), indirect_dim=0), vals)
+        return out
+
+    ref = np.zeros(20 * width, np.float32)
+    ref[rows[:, 0]] = table[:n_rows, 0]
+    np.testing.assert_array_equal(run_plain(scatter_1d, table, rows), ref)
+
+
+def test_ap_vector_offset_rules():
+    table = _data((8, 4), np.float32)
+
+    def kernel(table, rows, case):
+        r = nl.load(rows)
+        if case == "onchip":
+            nl.load(table).ap([[4, 8], [1, 4]], vector_offset=r)
+        elif case == "count":
+            table.ap([[4, 4], [1, 4]], vector_offset=r)
+        elif case == "oob":
+            t = nl.ndarray((8, 4), nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(t, table.ap([[4, 8], [1, 4]], vector_offset=r))
+        return table
+
+    rows = np.arange(8, dtype=np.int32).reshape(8, 1)
+    with pytest.raises(NKIError, match="HBM tensors only"):
+        run_plain(kernel, table, rows, "onchip")
+    with pytest.raises(NKIError, match=r"one index per partition"):
+        run_plain(kernel, table, rows, "count")
+    with pytest.raises(NKIError, match="out of bounds"):
+        run_plain(kernel, table, rows + 1, "oob")

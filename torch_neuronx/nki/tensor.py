@@ -514,6 +514,40 @@ class NkiTensor:
             _INDIRECT.add(out)
         return out
 
+    def vector_select(self, dim, vector_offset) -> "NkiTensor":
+        """`t.vector_select(0, offsets)`: an HBM tensor's dimension 0 indexed per partition: partition p
+        of the result is t[offsets[p]] (offsets an SBUF [P, 1] integer tile, read when the view is made).
+        The view gathers (reads) and scatters (writes); an index outside dimension 0 is an NKIError
+        unless the instruction skips it (`oob_mode=nisa.oob_mode.skip`)."""
+        from .access_pattern import _bounds, indirect_view, vector_offsets
+
+        what = "vector_select"
+        if dim != 0:
+            raise NKIError(what, f"dim must be 0 (AWS), got {dim!r}")
+        if self.buffer.on_chip:
+            raise NKIError(what, f"the tensor is in {self.buffer!r}; vector_select indexes HBM tensors only (AWS)",
+                           "gather on chip with nl.gather_flattened or nisa.nc_n_gather")
+        if self in _INDIRECT or self.partial is not None:
+            raise NKIError(what, "this view already uses indirect addressing (one dynamic select per tensor)")
+        if self.vdtype is not None:
+            raise NKIError(what, "vector_select on a reinterpreted (.view) tensor is not simulated")
+        rows = vector_offsets(what, vector_offset, vector_offset.partitions if isinstance(vector_offset, NkiTensor)
+                              else -1)
+        item = self.data.itemsize
+        steps = [s // item for s in self.data.strides]
+        rest = self.shape[1:]
+        flat = (self.offset // item + rows * steps[0]).reshape((len(rows),) + (1,) * len(rest))
+        for k, n in enumerate(rest, start=1):
+            shape = [1] * (len(rest) + 1)
+            shape[k] = n
+            flat = flat + (steps[k] * np.arange(n, dtype=np.int64)).reshape(shape)
+        n0 = self.shape[0]
+        bad = (rows < 0) | (rows >= n0)
+        lo, hi = _bounds(self)
+        if bad.any():  # an index outside dimension 0 is out of bounds even where it lands inside memory
+            flat = np.where(bad.reshape((-1,) + (1,) * len(rest)), hi, flat)
+        return indirect_view(self, flat, lo, hi, what, rows)
+
     def reinterpret_cast(self, dtype) -> "NkiTensor":
         """`t.reinterpret_cast(dtype)`: the same bytes as another dtype, as `t.view(dtype)`."""
         from .access_pattern import reinterpret

@@ -753,3 +753,17 @@ def test_ap_vector_offset_rules():
         run_plain(kernel, table, rows, "count")
     with pytest.raises(NKIError, match="out of bounds"):
         run_plain(kernel, table, rows + 1, "oob")
+
+
+def test_prelu_token():
+    x = _data((16, 8), np.float32)
+    np.testing.assert_array_equal(nl.prelu.fn(x, relu_param=0.25), np.where(x >= 0, x, np.float32(0.25) * x))
+    col = _data((16, 1), np.float32, 0.1, 0.5)  # a per-partition slope
+    np.testing.assert_allclose(nl.prelu.fn(x, relu_param=col), np.where(x >= 0, x, col * x), rtol=1e-7)
+
+    def fn(t):  # nisa.activation has no relu_param: slope 0
+        dst = nl.ndarray(t.shape, nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst, nl.prelu, t)
+        return dst
+
+    np.testing.assert_array_equal(run(fn, x), np.maximum(x, 0))

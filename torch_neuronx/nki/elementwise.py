@@ -86,6 +86,13 @@ def _mish(x):
     return (x * np.tanh(np.logaddexp(np.float32(0), x))).astype(np.float32)
 
 
+def _prelu(x, relu_param=0.0):
+    """PReLU: x where x >= 0, else relu_param * x (AWS: the slope is nisa.activate2's `relu_param`,
+    a number or a [P, 1] column; 0 without one, i.e. relu)."""
+    x = np.asarray(x, dtype=np.float32)
+    return np.where(x >= 0, x, np.asarray(relu_param, np.float32) * x).astype(np.float32)
+
+
 def _tan(x):
     with np.errstate(invalid="ignore"):
         return np.tan(x)
@@ -176,7 +183,7 @@ UNARY = {op.name: op for op in (
     Op("softplus", lambda x: np.logaddexp(np.float32(0), x), 1), Op("floor", np.floor, 1),
     Op("ceil", np.ceil, 1), Op("copy", lambda x: x, 1), Op("identity", lambda x: x, 1),
     Op("arctan", np.arctan, 1), Op("tan", _tan, 1), Op("trunc", np.trunc, 1), Op("gelu_dx", _gelu_dx, 1),
-    Op("mish", _mish, 1), Op("erf_dx", _erf_dx, 1),
+    Op("mish", _mish, 1), Op("erf_dx", _erf_dx, 1), Op("prelu", _prelu, 1),
 )}
 
 BINARY = {op.name: op for op in (

@@ -767,3 +767,43 @@ def test_prelu_token():
         return dst
 
     np.testing.assert_array_equal(run(fn, x), np.maximum(x, 0))
+
+
+# ---------------------------------------------------------------------------- nl.all_reduce (older reference)
+@pytest.mark.parametrize("grid, axes", [((4,), 0), ((2, 3), 1), ((2, 3), (0, 1))])
+@pytest.mark.parametrize("op, ref_fn", [(np.add, np.sum), (nl.maximum, np.max)])
+def test_all_reduce_over_program_axes(grid, axes, op, ref_fn):
+    n = int(np.prod(grid))
+    x = _data((n, 16, 8), np.float32)
+
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+        ids = [nl.program_id(a) for a in range(len(grid))]
+        i = int(np.ravel_multi_index(ids, grid))
+        r = nl.all_reduce(nl.load(x[i]), op, program_axes=axes)
+        nl.store(out[i], r)
+        return out
+
+    got = kernel[grid](x)
+    xs = x.reshape(grid + (16, 8)).astype(np.float64)
+    red = (axes,) if isinstance(axes, int) else axes
+    ref = np.broadcast_to(ref_fn(xs, axis=red, keepdims=True), xs.shape).reshape(x.shape)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_all_reduce_rules():
+    x = _data((2, 4, 4), np.float32)
+
+    def make(op, axes):
+        @nki.jit
+        def kernel(x):
+            out = nl.ndarray((4, 4), nl.float32, buffer=nl.shared_hbm)
+            nl.store(out, nl.all_reduce(nl.load(x[nl.program_id(0)]), op, program_axes=axes))
+            return out
+        return kernel
+
+    with pytest.raises(NKIError, match="not supported"):
+        make(np.multiply, 0)[2](x)
+    with pytest.raises(NKIError, match="must name axes of the launch grid"):
+        make(np.add, 1)[2](x)

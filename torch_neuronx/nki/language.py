@@ -8,6 +8,7 @@ and `nl.transpose` (the Tensor Engine writes only PSUM).
 from __future__ import annotations
 
 import builtins
+import itertools
 import math
 import operator
 import types
@@ -938,6 +939,59 @@ def atomic_rmw(dst, value, op):
         value = tile
     _isa.dma_copy(dst, value, dst_rmw_op=_ops.BINARY["add"])
 
+def all_reduce(x, op, program_axes, *, dtype=None, parallel_reduce=True, asynchronous=False, name=None):
+    """`nl.all_reduce(x, op, program_axes)` (the older reference): op (add, maximum, minimum) of x
+    over the programs of the launch grid that differ only along `program_axes`, in float32, in a new
+    SBUF tile of every such program (cast to `dtype`, default x's). Each program waits for the others
+    of its group (they run as concurrent cores, see "Logical NeuronCores"); recorded as a DMA of x's
+    bytes. `parallel_reduce` and `asynchronous` are accepted and not acted on."""
+    instr = "nl.all_reduce"
+    run = current(instr)
+    x = _isa._tensor(x, instr, "x")
+    token = _ops.resolve(op, instr, 2)
+    if token.name not in ("add", "maximum", "minimum"):
+        raise NKIError(instr, f"op {token!r} is not supported here", "use np.add / nl.add, nl.maximum or nl.minimum")
+    grid = tuple(run.grid) or (1,)
+    axes = (program_axes,) if isinstance(program_axes, (int, np.integer)) else tuple(program_axes)
+    if not axes or any(not 0 <= a < len(grid) for a in axes):
+        raise NKIError(instr, f"program_axes {program_axes!r} must name axes of the launch grid {run.grid}",
+                       "launch the kernel over a grid: kernel[n](...)")
+    pid = tuple(run.program_id) if run.grid else (0,)
+    first = run.gid - int(np.ravel_multi_index(pid, grid))
+    members = []
+    for combo in itertools.product(*(builtins.range(grid[a]) for a in axes)):
+        p = list(pid)
+        for a, v in zip(axes, combo):
+            p[a] = v
+        members.append(first + int(np.ravel_multi_index(tuple(p), grid)))
+    group = tuple(sorted(members))
+    cores = run.launch.cores
+    values = np.array(_isa._f32(x), copy=True)
+    if cores is None or len(group) == 1:
+        got = {run.gid: values}
+    else:
+        key = ("nl.all_reduce", group)
+        seq = cores.issued[(run.gid,) + key]
+        cores.issued[(run.gid,) + key] = seq + 1
+        slot = cores.slots[key + (seq,)]
+        slot[run.gid] = values
+        cores.wait(run.gid, lambda: builtins.all(g in slot for g in group),
+                   f"{instr} number {seq + 1} over programs {list(group)} (waiting for "
+                   f"{[g for g in group if g not in slot]})")
+        got = slot
+    acc = None
+    for g in group:
+        if got[g].shape != values.shape:
+            raise NKIError(instr, f"the programs of the group reduce tiles of different shapes "
+                           f"({got[g].shape} and {values.shape})")
+        acc = got[g] if acc is None else token.fn(acc, got[g])
+    out = _new(x.shape, dtype or x.dtype, sbuf, name, instr)
+    _isa._access(instr, "dma", reads=[("x", x)], writes=[("dst", out)])
+    _isa._write(out, acc)
+    _isa._record(instr, "dma", [out], [x], ("dma", x.nbytes, x.nbytes / builtins.max(1, x.partitions)),
+                 nbytes=x.nbytes)
+    return out
+
 for _token in _ops.BITVEC.values():
     _token.helper = _masks(_bitvec_helper(_token), f"nl.{_token.name}")
     globals()[_token.name] = _token
@@ -946,7 +1000,7 @@ _ops.BINARY["abs_max"].helper = _trn3_only(_ops.BINARY["abs_max"].helper, "nl.ab
 _ops.BINARY["abs_min"].helper = _trn3_only(_ops.BINARY["abs_min"].helper, "nl.abs_min")
 all = _masks(_reduction(_ops.BINARY["logical_and"], "all"), "nl.all")  # noqa: A001 - the NKI name
 for _f in ("invert", "logical_not", "var", "softmax", "rms_norm", "where", "broadcast_to", "gather_flattened",
-           "atomic_rmw", "loop_reduce"):
+           "atomic_rmw", "loop_reduce", "all_reduce"):
     globals()[_f] = _masks(globals()[_f], f"nl.{_f}")
 del _f
 
@@ -965,5 +1019,5 @@ __all__ = [
     *_ops.UNARY, *_ops.BINARY, *_ops.BITVEC,
     "empty_like", "rand", "is_psum", "is_sbuf", "is_hbm", "is_on_chip", "invert", "logical_not", "all", "var",
     "softmax", "rms_norm", "where", "broadcast_to", "expand_dims", "gather_flattened", "while_loop",
-    "device_print", "no_reorder", "loop_reduce", "atomic_rmw",
+    "device_print", "no_reorder", "loop_reduce", "atomic_rmw", "all_reduce",
 ]

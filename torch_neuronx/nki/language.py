@@ -238,9 +238,10 @@ def program_ndim() -> int:
     return len(current("nl.program_ndim").grid)
 
 
-def affine_range(start, stop=None, step=1, directives=None):
+def affine_range(start, stop=None, step=1, directives=None, precise_schedule=None):
     """Iterations without loop-carried dependencies (the compiler may reorder/pipeline them).
-    Resolved at trace time: a Python range."""
+    Resolved at trace time: a Python range. `precise_schedule` (a scheduling hint nki-samples'
+    contributed pipelined_attention passes; not in AWS's reference) is accepted and not acted on."""
     return builtins.range(start, stop, step) if stop is not None else builtins.range(start)
 
 

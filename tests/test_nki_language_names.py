@@ -807,3 +807,17 @@ def test_all_reduce_rules():
         make(np.multiply, 0)[2](x)
     with pytest.raises(NKIError, match="must name axes of the launch grid"):
         make(np.add, 1)[2](x)
+
+
+def test_loop_reduce_keeps_its_mask():
+    x = _data((8, 16), np.float32)
+
+    def fn(t):
+        acc = nl.zeros((8, 16), nl.float32, buffer=nl.sbuf)
+        i_p, i_f = nl.mgrid[0:8, 0:16]
+        for k in nl.affine_range(2):
+            acc[i_p, i_f] = nl.loop_reduce(t, np.add, loop_indices=[k], mask=(i_f < 10))
+        return acc
+
+    ref = np.where(np.arange(16) < 10, 2 * x, 0)
+    np.testing.assert_allclose(run(fn, x), ref, rtol=1e-6)

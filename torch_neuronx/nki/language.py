@@ -359,7 +359,8 @@ def assign(dst, value) -> None:
         raise NKIError(instr, f"cannot assign into {dst.buffer!r} with []",
                        "write HBM with nl.store(dst[...], value) or nisa.dma_copy")
     if isinstance(value, _LoopReduce):
-        _isa.tensor_tensor(dst, dst, value.x, value.token)
+        with _isa.masked(value.mask):
+            _isa.tensor_tensor(dst, dst, value.x, value.token)
         return
     if isinstance(value, NkiTensor):
         if dst.same_view(value):
@@ -901,10 +902,10 @@ class _LoopReduce:
     """What nl.loop_reduce returns: a pending `dst = op(dst, x)`, applied by the assignment
     `t[...] = nl.loop_reduce(x, ...)` that names dst."""
 
-    __slots__ = ("x", "token", "dtype")
+    __slots__ = ("x", "token", "dtype", "mask")
 
-    def __init__(self, x, token, dtype):
-        self.x, self.token, self.dtype = x, token, dtype
+    def __init__(self, x, token, dtype, mask):
+        self.x, self.token, self.dtype, self.mask = x, token, dtype, mask
 
     def __getattr__(self, item):
         raise NKIError("nl.loop_reduce", f"its result is only the right side of an assignment `t[...] = "
@@ -921,7 +922,7 @@ def loop_reduce(x, op, loop_indices, *, dtype=None, name=None, **kwargs):
     token = _ops.resolve(op, instr, 2)
     if loop_indices is None:
         raise NKIError(instr, "loop_indices is required (the loop indices the reduction runs over)")
-    return _LoopReduce(x, token, dtype)
+    return _LoopReduce(x, token, dtype, _isa._active_mask())  # mask=: applied with the assignment
 
 
 def atomic_rmw(dst, value, op):

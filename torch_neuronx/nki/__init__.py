@@ -23,6 +23,11 @@ from .runtime import Instr
 from .targets import TARGETS, Target, get_target
 from .tensor import NkiTensor
 
+# `nki.tensor` is the tile type, as in AWS's older reference (`isinstance(t, nki.tensor)`, `nki.tensor.shape`):
+# the attribute is the class; the simulator's module stays importable as torch_neuronx.nki.tensor
+# (sys.modules), which is what `from .tensor import ...` and `import nki.tensor` find.
+tensor = NkiTensor
+
 # Every public submodule is imported above, so that `import nki` mirrors them all (_nki_aliases).
 _nki_aliases.install()
 
@@ -30,5 +35,5 @@ __all__ = [
     "collectives", "compiler", "isa", "language", "typing", "dtype", "jit", "Kernel", "Launcher", "simulate", "simulate_kernel", "cpu_simulate", "multi_rank_simulate", "baremetal",
     "benchmark", "profile",
     "BenchmarkResult", "roofline_us", "dma_efficiency", "NKIError", "NkiTensor", "Instr",
-    "TARGETS", "Target", "get_target",
+    "TARGETS", "Target", "get_target", "tensor",
 ]

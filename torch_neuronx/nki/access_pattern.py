@@ -32,8 +32,8 @@ def access_pattern(t, pattern, offset=0, scalar_offset=None, vector_offset=None,
 
     t._no_blocks(_INSTR)
     if vector_offset is not None:
-        raise NKIError(_INSTR, "vector_offset (a per-partition indirect access) is not implemented in the "
-                       "simulator", "gather with nisa.dma_copy over scalar_offset views, one per index")
+        return _vector_offset_view(t, _pairs(pattern), int(offset) + _dynamic_offset(t, scalar_offset, indirect_dim),
+                                   vector_offset, indirect_dim, dtype)
     # dtype=: the memory read as another dtype (AWS's MX tutorials view uint8/uint32 HBM data as the
     # packed *_x4 types); steps, counts and offset then count elements of that dtype.
     vdtype = t.dtype if dtype is None else _dt.normalize(dtype, _INSTR)
@@ -55,7 +55,11 @@ def access_pattern(t, pattern, offset=0, scalar_offset=None, vector_offset=None,
     else:
         base = np.ndarray(((storage.nbytes - start) // item,), vstorage, buffer=storage, offset=start)
     view = np.lib.stride_tricks.as_strided(base, shape=shape, strides=strides)
-    return NkiTensor(t.alloc, view, start, dtype=_view_dtype(vdtype, t.alloc.dtype))
+    out = NkiTensor(t.alloc, view, start, dtype=_view_dtype(vdtype, t.alloc.dtype))
+    if scalar_offset is not None:  # an indirect view (NkiTensor.is_indirect)
+        from .tensor import _INDIRECT
+        _INDIRECT.add(out)
+    return out
 
 
 def _view_dtype(vdtype, alloc_dtype):
@@ -164,3 +168,71 @@ def _check_span(t, start, shape, strides, nbytes, what, item):
     if lo < 0 or hi + item > nbytes:
         raise NKIError(_INSTR, f"the pattern reaches elements {lo // item}..{hi // item}, outside {what} "
                        f"({nbytes // item} elements)", "check the pattern's steps, counts and offset")
+
+
+def vector_offsets(instr, vector_offset, count):
+    """The per-partition indices of a `vector_offset` tile (an SBUF tile of `count` integers, one
+    per partition: [P, 1] or an `.ap` view of such a column), read when the view is made."""
+    from .tensor import NkiTensor
+
+    if not isinstance(vector_offset, NkiTensor) or vector_offset.buffer.kind != "sbuf":
+        raise NKIError(instr, f"vector_offset must be an SBUF tile of per-partition indices, got {vector_offset!r}",
+                       "load the indices into an SBUF [P, 1] integer tile")
+    if _dt.is_float(vector_offset.dtype):
+        raise NKIError(instr, f"vector_offset dtype {_dt.name(vector_offset.dtype)} must be an integer type")
+    if vector_offset.data.size != count or vector_offset.partitions != count:
+        raise NKIError(instr, f"vector_offset {vector_offset.shape} must hold one index per partition of the "
+                       f"access ({count})", f"pass a [{count}, 1] tile")
+    return vector_offset.data.reshape(-1).astype(np.int64)
+
+
+def indirect_view(t, flat, lo, hi, instr, rows):
+    """An HBM view gathered at element indices `flat` (of t's storage dtype) of t's allocation,
+    with per-point out-of-bounds flags outside [lo, hi): writes scatter back (indexing.PartialView);
+    an out-of-bounds point is an NKIError unless the instruction skips it
+    (`oob_mode=nisa.oob_mode.skip`) or a mask excludes it."""
+    from .indexing import PartialView, _flat_storage
+    from .tensor import _INDIRECT, NkiTensor
+
+    oob = (flat < lo) | (flat >= hi)
+    violation = None
+    if oob.any():
+        bad = int(np.argwhere(oob.reshape(oob.shape[0], -1).any(axis=1))[0, 0])
+        violation = (f"the indirect index of partition {bad} ({int(rows[bad])}) addresses elements outside "
+                     f"the tensor's {hi - lo}")
+    flat = np.where(oob, 0, flat)
+    out = NkiTensor(t.alloc, _flat_storage(t.alloc)[flat], t.offset, partial=PartialView(flat, oob, violation),
+                    dtype=t.vdtype)
+    _INDIRECT.add(out)
+    return out
+
+
+def _bounds(t):
+    item = t.data.itemsize
+    lo = t.offset // item
+    return (lo, lo + t.data.size) if t.data.flags.c_contiguous else (0, t.alloc.storage.size)
+
+
+def _vector_offset_view(t, pairs, offset, vector_offset, indirect_dim, dtype):
+    """`.ap(pattern, vector_offset=v, indirect_dim=d)` on HBM: point (p, j...) is element
+    offset + v[p] * stride(d) + sum(j_k * step_k) of t (the first pair's count is the number of
+    partitions, its step replaced by the per-partition index; nki-library's router_topk scatters with
+    flattened indices so, attention_tkg gathers cache blocks)."""
+    if t.buffer.on_chip:
+        raise NKIError(_INSTR, "vector_offset (per-partition indirect access) is simulated for HBM tensors only",
+                       "gather on chip with nisa.nc_n_gather / nl.gather_flattened")
+    if dtype is not None and _dt.normalize(dtype, _INSTR) != t.dtype:
+        raise NKIError(_INSTR, "vector_offset with a dtype reinterpretation is not simulated", "view the tensor first")
+    if t.vdtype is not None:
+        raise NKIError(_INSTR, "vector_offset on a reinterpreted (.view) tensor is not simulated")
+    if not 0 <= indirect_dim < t.ndim:
+        raise NKIError(_INSTR, f"indirect_dim {indirect_dim} is outside the tensor's {t.ndim} dimensions")
+    count = pairs[0][1]
+    rows = vector_offsets(_INSTR, vector_offset, count)
+    lo, hi = _bounds(t)
+    flat = (lo + offset + rows * math.prod(t.shape[indirect_dim + 1:])).reshape((count,) + (1,) * (len(pairs) - 1))
+    for k, (step, num) in enumerate(pairs[1:], start=1):
+        shape = [1] * len(pairs)
+        shape[k] = num
+        flat = flat + (step * np.arange(num, dtype=np.int64)).reshape(shape)
+    return indirect_view(t, flat, lo, hi, _INSTR, rows)

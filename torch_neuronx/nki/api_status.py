@@ -35,6 +35,9 @@ STATUSES = (SUPPORTED, DIFFERS, MISSING)
 # A name that resolves but behaves differently from AWS's reference, with the reason (docs/nki.md
 # has the details). Only names that resolve take this status; a listed name that does not resolve
 # is missing.
+_BITVEC_OP = ("as an `op=` of a nisa instruction it applies to the float32 values the simulator computes "
+              "in (exact below 2**24); the nl helper is exact on the bit patterns")
+
 DIFFERENCES = {
     "nki.benchmark": "the latency is the cost model's estimate from one simulated run, not a device "
                      "measurement; `warmup`, `iters` and the NEFF/NTFF options are accepted and ignored",
@@ -42,15 +45,25 @@ DIFFERENCES = {
                      "`save_trace_name`, `additional_compile_opt` accepted and ignored",
     "nki.profile": "writes a JSON summary (estimated latency, engine busy times, instruction trace) "
                    "instead of NEFF/NTFF profiles; `save_neff_name`, `profile_nth` ignored",
-    "nki.tensor": "here `nki.tensor` is the simulator's tile module, not the older reference's tile type "
-                  "(the tile class is `nki.language.NkiTensor`)",
     "nki.language.tile_size.total_available_sbuf_size": "the whole per-partition SBUF capacity of the "
                   "target (AWS subtracts a reserved size it does not document)",
     "nki.language.tile_size.psum_num_banks": "always 8: the bank `NKI_DMA_TRANSPOSE_AS_PE_TRANSPOSE` "
                   "reserves is not modeled",
     "nki.language.NkiTensor.offset": "the view's byte offset from the start of its allocation (AWS "
                                      "documents only `offset: int`; its access patterns count elements)",
-    "nki.language.NkiTensor.ap": "`vector_offset` (per-partition indirect access) is not implemented",
+    "nki.language.NkiTensor.ap": "`vector_offset` (per-partition indirect access) is simulated on HBM tensors "
+                                 "only, without a dtype reinterpretation",
+    "nki.language.loop_reduce": "usable only as the right side of `t[...] = nl.loop_reduce(...)`: the simulator "
+                                "sees the reduction's destination through that assignment",
+    "nki.language.rand": "the values come from the launch's NumPy generator (nl.random_seed), not the hardware's",
+    "nki.language.broadcast_to": "broadcasts free dimensions only; a partition-dimension broadcast is an NKIError "
+                                 "(no engine copies across partitions)",
+    "nki.language.gather_flattened": "only `axis=0` (AWS does not document other axes)",
+    "nki.language.bitwise_and": _BITVEC_OP,
+    "nki.language.bitwise_or": _BITVEC_OP,
+    "nki.language.bitwise_xor": _BITVEC_OP,
+    "nki.language.left_shift": _BITVEC_OP,
+    "nki.language.right_shift": _BITVEC_OP,
     "nki.language.dropout": "which elements are dropped comes from the launch's NumPy generator, not "
                             "the hardware's random number generator (the rate is right)",
     "nki.isa.dropout": "which elements are dropped comes from the launch's NumPy generator, not the "

@@ -66,6 +66,57 @@ def _gelu_tanh(x):
     return (0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))).astype(np.float32)
 
 
+def _gelu_dx(x):
+    """d/dx x*Phi(x) = Phi(x) + x*phi(x), Phi/phi the standard normal CDF/density (exact GELU)."""
+    x = np.asarray(x, dtype=np.float32)
+    cdf = 0.5 * (1.0 + erf(x * np.float32(1 / np.sqrt(2.0))))
+    pdf = np.exp(-0.5 * x * x) * np.float32(1 / np.sqrt(2.0 * np.pi))
+    return (cdf + x * pdf).astype(np.float32)
+
+
+def _erf_dx(x):
+    """d/dx erf(x) = 2/sqrt(pi) * exp(-x^2)."""
+    x = np.asarray(x, dtype=np.float32)
+    return (np.float32(2 / np.sqrt(np.pi)) * np.exp(-x * x)).astype(np.float32)
+
+
+def _mish(x):
+    """x * tanh(softplus(x))."""
+    x = np.asarray(x, dtype=np.float32)
+    return (x * np.tanh(np.logaddexp(np.float32(0), x))).astype(np.float32)
+
+
+def _prelu(x, relu_param=0.0):
+    """PReLU: x where x >= 0, else relu_param * x (AWS: the slope is nisa.activate2's `relu_param`,
+    a number or a [P, 1] column; 0 without one, i.e. relu)."""
+    x = np.asarray(x, dtype=np.float32)
+    return np.where(x >= 0, x, np.asarray(relu_param, np.float32) * x).astype(np.float32)
+
+
+def _tan(x):
+    with np.errstate(invalid="ignore"):
+        return np.tan(x)
+
+
+def _fmod(a, b):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.fmod(a, b, dtype=np.float32)
+
+
+def _mod(a, b):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.mod(a, b, dtype=np.float32)
+
+
+def _abs_pick(larger):
+    """abs_max / abs_min: the signed operand of the larger (smaller) magnitude; y on a tie (AWS)."""
+    def fn(a, b):
+        a, b = np.broadcast_arrays(np.asarray(a, np.float32), np.asarray(b, np.float32))
+        pick_a = np.abs(a) > np.abs(b) if larger else np.abs(a) < np.abs(b)
+        return np.where(pick_a, a, b).astype(np.float32)
+    return fn
+
+
 def _cmp(fn):
     return lambda a, b: fn(a, b).astype(np.float32)
 
@@ -131,6 +182,8 @@ UNARY = {op.name: op for op in (
     Op("sin", np.sin, 1), Op("cos", np.cos, 1), Op("sign", np.sign, 1), Op("erf", erf, 1),
     Op("softplus", lambda x: np.logaddexp(np.float32(0), x), 1), Op("floor", np.floor, 1),
     Op("ceil", np.ceil, 1), Op("copy", lambda x: x, 1), Op("identity", lambda x: x, 1),
+    Op("arctan", np.arctan, 1), Op("tan", _tan, 1), Op("trunc", np.trunc, 1), Op("gelu_dx", _gelu_dx, 1),
+    Op("mish", _mish, 1), Op("erf_dx", _erf_dx, 1), Op("prelu", _prelu, 1),
 )}
 
 BINARY = {op.name: op for op in (
@@ -143,13 +196,34 @@ BINARY = {op.name: op for op in (
     Op("logical_and", _logical(np.logical_and), 2, np.logical_and),
     Op("logical_or", _logical(np.logical_or), 2, np.logical_or),
     Op("logical_xor", _logical(np.logical_xor), 2),
+    Op("mod", _mod, 2), Op("fmod", _fmod, 2),
+    Op("abs_max", _abs_pick(True), 2), Op("abs_min", _abs_pick(False), 2),
+    # `nl.bypass`: the stage of a tensor_scalar / activation pipeline that passes data through.
+    Op("bypass", lambda a, b: np.asarray(a, np.float32), 2),
+)}
+
+# Bit-vector operators (`nl.bitwise_and`, ...): their nl helpers compute on the integer bit patterns
+# exactly (language.py). Passed as an `op` to a nisa instruction they apply to the float32 values the
+# simulator computes in: exact for integers below 2**24.
+def _bits(fn):
+    def apply(a, b):
+        return fn(np.asarray(a).astype(np.int64), np.asarray(b).astype(np.int64)).astype(np.float32)
+    apply.exact = fn
+    return apply
+
+
+BITVEC = {op.name: op for op in (
+    Op("bitwise_and", _bits(np.bitwise_and), 2), Op("bitwise_or", _bits(np.bitwise_or), 2),
+    Op("bitwise_xor", _bits(np.bitwise_xor), 2), Op("left_shift", _bits(np.left_shift), 2),
+    Op("right_shift", _bits(np.right_shift), 2),
 )}
 
 # Ops VectorE runs at one element per cycle on all-bfloat16 operands (docs/hardware-figures.md#neuroncore-and-nki-figures).
 FAST_BF16 = frozenset({"add", "subtract", "multiply"})
 
 _UFUNC_ALIASES = {"true_divide": "divide", "max": "maximum", "min": "minimum", "amax": "maximum",
-                  "amin": "minimum", "sum": "add", "prod": "multiply", "absolute": "abs"}
+                  "amin": "minimum", "sum": "add", "prod": "multiply", "absolute": "abs",
+                  "remainder": "mod"}
 
 
 def resolve(op, instruction: str, arity: int | None = None) -> Op:
@@ -158,7 +232,7 @@ def resolve(op, instruction: str, arity: int | None = None) -> Op:
     if token is None and callable(op):
         name = getattr(op, "__name__", "")
         name = _UFUNC_ALIASES.get(name, name)
-        token = UNARY.get(name) or BINARY.get(name)
+        token = UNARY.get(name) or BINARY.get(name) or BITVEC.get(name)
     if token is None:
         raise NKIError(instruction, f"unsupported operator {op!r}", "use an nl operator such as nl.add or nl.exp")
     if arity is not None and token.arity != arity:

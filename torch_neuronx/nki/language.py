@@ -8,6 +8,7 @@ and `nl.transpose` (the Tensor Engine writes only PSUM).
 from __future__ import annotations
 
 import builtins
+import itertools
 import math
 import operator
 import types
@@ -237,9 +238,10 @@ def program_ndim() -> int:
     return len(current("nl.program_ndim").grid)
 
 
-def affine_range(start, stop=None, step=1, directives=None):
+def affine_range(start, stop=None, step=1, directives=None, precise_schedule=None):
     """Iterations without loop-carried dependencies (the compiler may reorder/pipeline them).
-    Resolved at trace time: a Python range."""
+    Resolved at trace time: a Python range. `precise_schedule` (a scheduling hint nki-samples'
+    contributed pipelined_attention passes; not in AWS's reference) is accepted and not acted on."""
     return builtins.range(start, stop, step) if stop is not None else builtins.range(start)
 
 
@@ -282,6 +284,7 @@ def fori_loop(lower, upper, body_fun, step=1):
     register (AWS: by value; writing it does not change the loop)."""
     from .isa.registers import VirtualRegister
 
+    _check_reorder("nl.fori_loop")
     for i in dynamic_range(lower, upper, step):
         body_fun(VirtualRegister(i))
 
@@ -355,6 +358,10 @@ def assign(dst, value) -> None:
     if not isinstance(dst, NkiTensor) or not dst.buffer.on_chip:
         raise NKIError(instr, f"cannot assign into {dst.buffer!r} with []",
                        "write HBM with nl.store(dst[...], value) or nisa.dma_copy")
+    if isinstance(value, _LoopReduce):
+        with _isa.masked(value.mask):
+            _isa.tensor_tensor(dst, dst, value.x, value.token)
+        return
     if isinstance(value, NkiTensor):
         if dst.same_view(value):
             return  # `t[i] += x` already wrote t[i]
@@ -559,6 +566,446 @@ random_seed = _masks(random_seed, "nl.random_seed")
 dropout = _masks(dropout, "nl.dropout")
 del _token
 
+
+# ---------------------------------------------------------------------------- more of AWS's nl names
+def empty_like(x, dtype=None, buffer=None, name=""):
+    """`nl.empty_like(x, dtype=None, buffer=None)`: a new uninitialized tensor of x's shape, dtype
+    and buffer (each overridable), as nl.ndarray (fresh memory is poisoned with NaN here)."""
+    x = _isa._tensor(x, "nl.empty_like", "x")
+    return ndarray(x.shape, dtype or x.dtype, buffer or x.buffer, name or None)
+
+
+def rand(shape, dtype, buffer=sbuf, name=""):
+    """`nl.rand(shape, dtype, buffer=nl.sbuf)`: a new tensor of uniform [0, 1) values, drawn from the
+    launch's generator (the one nl.random_seed seeds; not the hardware's). On chip the fill is
+    recorded as one GpSimd instruction."""
+    instr = "nl.rand"
+    d = _dt.normalize(dtype, instr)
+    if not _dt.is_float(d):
+        raise NKIError(instr, f"dtype {_dt.name(d)} cannot hold values in [0, 1)", "pass a float dtype")
+    t = _new(shape, d, buffer, name or None, instr)
+    values = _isa.random_generator(instr).random(t.shape, dtype=np.float32)
+    if t.buffer.on_chip:
+        _isa._write(t, values)
+        _isa._record(instr, "gpsimd", [t], [], ("gpsimd", t.free_size))
+    else:
+        _dt.cast_into(t.data, values, t.dtype)
+    return t
+
+
+def _buffer_kind(buffer, instr):
+    if isinstance(buffer, NkiTensor):
+        buffer = buffer.buffer
+    kind = getattr(buffer, "kind", None)
+    if kind is None:
+        raise NKIError(instr, f"expected a buffer (nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm, nl.private_hbm), "
+                       f"got {buffer!r}", "pass a buffer, or a tensor's .buffer")
+    return kind
+
+
+def is_psum(buffer) -> bool:
+    """`nl.is_psum(buffer)`: whether the buffer is PSUM."""
+    return _buffer_kind(buffer, "nl.is_psum") == "psum"
+
+
+def is_sbuf(buffer) -> bool:
+    """`nl.is_sbuf(buffer)`: whether the buffer is SBUF."""
+    return _buffer_kind(buffer, "nl.is_sbuf") == "sbuf"
+
+
+def is_hbm(buffer) -> bool:
+    """`nl.is_hbm(buffer)`: whether the buffer is any HBM kind (hbm, shared_hbm, private_hbm)."""
+    return _buffer_kind(buffer, "nl.is_hbm") == "hbm"
+
+
+def is_on_chip(buffer) -> bool:
+    """`nl.is_on_chip(buffer)`: whether the buffer is SBUF or PSUM."""
+    return _buffer_kind(buffer, "nl.is_on_chip") in ("sbuf", "psum")
+
+
+def _trn3_only(helper, instr):
+    def checked(*args, **kwargs):
+        from .targets import get_target
+        from .runtime import active
+
+        run = active()
+        target = run.target if run is not None else get_target()
+        if target.neuron_core < 4:
+            raise NKIError(instr, f"is available on NeuronCore-v4 (trn3) and newer; the target is {target.name} "
+                           f"(NeuronCore-v{target.neuron_core})",
+                           "launch on trn3 (NEURON_PLATFORM_TARGET_OVERRIDE=trn3), or compare with nl.abs and "
+                           "nl.greater and pick with nl.where")
+        return helper(*args, **kwargs)
+
+    checked.__name__ = helper.__name__
+    checked.__doc__ = helper.__doc__
+    return checked
+
+
+def _integer_operand(value, instr, role):
+    if isinstance(value, NkiTensor):
+        if _dt.is_float(value.dtype):
+            raise NKIError(instr, f"{role} dtype {_dt.name(value.dtype)} is not an integer type: bit-vector "
+                           "operators treat elements as bit patterns", "copy it into an integer tile first")
+        return value.data.astype(np.int64)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise NKIError(instr, f"{role} must be an integer tile or an integer, got {value!r}")
+    return np.int64(value)
+
+
+def _bitvec_helper(token):
+    opname = token.name
+
+    def helper(x, y, dtype=None, name=None):
+        instr = f"nl.{opname}"
+        tiles = [t for t in (x, y) if isinstance(t, NkiTensor)]
+        if not tiles:
+            raise NKIError(instr, "at least one of x, y must be a tile", "pass a tile")
+        tiles = [_isa._tensor(t, instr, "x") for t in tiles]
+        shape = tiles[0].shape if len(tiles) == 1 else None
+        if shape is None:
+            a, b = tiles
+            if a.shape == b.shape:
+                shape = a.shape
+            else:
+                try:
+                    shape = np.broadcast_shapes(a.shape, b.shape)
+                except ValueError:
+                    raise NKIError(instr, f"shapes {a.shape} and {b.shape} do not broadcast") from None
+        xs = _integer_operand(x.broadcast_to(shape) if isinstance(x, NkiTensor) else x, instr, "x")
+        ys = _integer_operand(y.broadcast_to(shape) if isinstance(y, NkiTensor) else y, instr, "y")
+        out_dtype = _dt.normalize(dtype, instr) if dtype is not None else tiles[0].dtype
+        if _dt.is_float(out_dtype):
+            raise NKIError(instr, f"dtype {_dt.name(out_dtype)} is not an integer type", "pass an integer dtype")
+        out = _new(shape, out_dtype, sbuf, name, instr)
+        _isa._access(instr, "vector", reads=[("x", t) for t in tiles], writes=[("dst", out)])
+        bits = token.fn.exact(xs, ys)
+        _isa._store(out, np.broadcast_to(bits, shape).astype(out.data.dtype))  # wraps to dst's width
+        _isa._record(instr, "vector", [out], tiles, ("elementwise", out.free_size))
+        return out
+
+    helper.__name__ = opname
+    helper.__doc__ = (f"nl.{opname}(x, y, dtype=None): element-wise on the bit patterns of integer tiles (Vector "
+                      "Engine), a new SBUF tile; the result wraps to the output dtype's width.")
+    return helper
+
+
+def invert(x, dtype=None, name=None):
+    """`nl.invert(x)`: bitwise NOT of an integer tile (AWS: XOR with all ones)."""
+    return bitwise_xor(x, -1, dtype=dtype, name=name)
+
+
+def logical_not(x, dtype=None, name=None):
+    """`nl.logical_not(x)`: 1 where x is 0, else 0. AWS implements it as XOR with 1 (for 0/1 inputs);
+    here it is a logical XOR with 1 (`x != 0` XOR true), the same for 0/1 inputs."""
+    return logical_xor(x, 1.0, dtype=dtype, name=name)
+
+
+def _contiguous_tail(instr, x, axis):
+    axes = sorted(_isa._reduce_axes(instr, x, axis))
+    if axes != list(builtins.range(axes[0], x.ndim)):
+        raise NKIError(instr, f"axis {axis} must be the last free dimension(s) of the tile {x.shape}: [1], [1, 2], ...",
+                       "reshape or permute the tile so the axes are its last ones")
+    return tuple(axes)
+
+
+def var(x, axis, dtype=None, keepdims=False, name=None):
+    """`nl.var(x, axis)`: the population variance (NumPy's ddof=0) over the last free axes; the result
+    keeps the reduced axes (size 1) whatever `keepdims` says (AWS: keepdims is ignored). Computed in
+    float32 as mean((x - mean(x))^2) with Vector / Scalar Engine instructions."""
+    instr = "nl.var"
+    x = _isa._tensor(x, instr, "x")
+    axes = _contiguous_tail(instr, x, axis)
+    mu = mean(x, axes, dtype=float32, keepdims=True)
+    dev = subtract(x, mu, dtype=float32)
+    sq = square(dev, dtype=float32)
+    out = _new(_isa.reduced_shape(x, axes, True), dtype or x.dtype, sbuf, name, instr)
+    _isa.tensor_reduce(out, _ops.BINARY["add"], sq, axes, keepdims=True)
+    _isa.tensor_scalar(out, out, _ops.BINARY["multiply"], 1.0 / math.prod(x.shape[a] for a in axes))
+    return out
+
+
+def softmax(x, axis=-1, dtype=None, name=None):
+    """`nl.softmax(x, axis=-1)`: exp(x - max) / sum(exp(x - max)) over the last free axes (float32)."""
+    instr = "nl.softmax"
+    x = _isa._tensor(x, instr, "x")
+    axes = _contiguous_tail(instr, x, axis)
+    m = max(x, axes, dtype=float32, keepdims=True)
+    e = exp(subtract(x, m, dtype=float32), dtype=float32)
+    s = sum(e, axes, dtype=float32, keepdims=True)
+    return divide(e, s, dtype=dtype or x.dtype, name=name)
+
+
+def rms_norm(x, w, axis, n, epsilon=1e-06, dtype=None, compute_dtype=None, name=None):
+    """`nl.rms_norm(x, w, axis, n, epsilon=1e-6)`: x / sqrt(sum(x^2 over axis) / n + epsilon) * w.
+    w is a tile of x's shape or one that broadcasts to it (a [1, F] or [P, 1] row / column is
+    broadcast along the other axis); `compute_dtype` (default float32) is the intermediates' dtype."""
+    instr = "nl.rms_norm"
+    x = _isa._tensor(x, instr, "x")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n <= 0:
+        raise NKIError(instr, f"n={n!r} must be a positive integer: the count of values the mean of squares divides by")
+    axes = _contiguous_tail(instr, x, axis)
+    cd = compute_dtype or float32
+    ss = sum(square(x, dtype=cd), axes, dtype=cd, keepdims=True)
+    r = _new(ss.shape, cd, sbuf, None, instr)
+    _isa.tensor_scalar(r, ss, _ops.BINARY["multiply"], 1.0 / int(n), op1=_ops.BINARY["add"], operand1=float(epsilon))
+    _isa.activation(r, _ops.UNARY["rsqrt"], r)
+    normed = multiply(x, r, dtype=cd)
+    return multiply(normed, w, dtype=dtype or x.dtype, name=name)
+
+
+def where(condition, x, y, dtype=None, name=None):
+    """`nl.where(condition, x, y)`: x where condition is nonzero (AWS: 1.0 true, 0.0 false), else y;
+    x and y are tiles or numbers, broadcast to condition's shape. One Vector Engine instruction."""
+    instr = "nl.where"
+    cond = _isa._tensor(condition, instr, "condition")
+    reads, values = [("condition", cond)], []
+    for role, v in (("x", x), ("y", y)):
+        if isinstance(v, NkiTensor):
+            v = _isa._tensor(v, instr, role)
+            if v.shape != cond.shape:
+                v = v.broadcast_to(cond.shape)
+            reads.append((role, v))
+            values.append(_isa._f32(v))
+        elif isinstance(v, (int, float, np.number, bool)):
+            values.append(np.float32(v))
+        else:
+            raise NKIError(instr, f"{role} must be a tile or a number, got {type(v).__name__}")
+    tiles = [t for _, t in reads[1:]]
+    out = _new(cond.shape, dtype or (tiles[0].dtype if tiles else cond.dtype), sbuf, name, instr)
+    _isa._access(instr, "vector", reads=reads, writes=[("dst", out)])
+    _isa._write(out, np.where(_isa._f32(cond) != 0, values[0], values[1]))
+    _isa._record(instr, "vector", [out], [t for _, t in reads], ("elementwise", out.free_size))
+    return out
+
+
+def broadcast_to(x, shape, dtype=None, name=None):
+    """`nl.broadcast_to(x, shape)`: a new SBUF tile of `shape` (the same rank as x), each free
+    dimension either x's or broadcast from size 1 (one tensor_copy). x itself when the shape and
+    dtype already match. The partition dimension must match: engines do not copy across partitions."""
+    instr = "nl.broadcast_to"
+    x = _isa._tensor(x, instr, "x")
+    if not x.buffer.on_chip:
+        raise NKIError(instr, f"x is in {x.buffer!r}; it broadcasts an SBUF or PSUM tile", "nl.load it first")
+    shape = tuple(int(s) for s in shape)
+    if len(shape) != x.ndim:
+        raise NKIError(instr, f"shape {shape} must have the rank of x's {x.shape}", "use nl.expand_dims first")
+    for i, (old, new) in enumerate(zip(x.shape, shape)):
+        if old != new and old != 1:
+            raise NKIError(instr, f"dimension {i} of {x.shape} cannot broadcast to {new}: only size-1 dimensions broadcast")
+    if shape[0] != x.shape[0]:
+        raise NKIError(instr, f"the partition dimension ({x.shape[0]} -> {shape[0]}) cannot broadcast here: the "
+                       "engines read and write each partition's own data",
+                       "broadcast across partitions with nisa.nc_matmul (a ones [1, P] stationary) or a DMA")
+    if shape == tuple(x.shape) and (dtype is None or _dt.normalize(dtype, instr) == x.dtype):
+        return x
+    out = _new(shape, dtype or x.dtype, sbuf, name, instr)
+    _isa.tensor_copy(out, x.broadcast_to(shape))
+    return out
+
+
+def expand_dims(x, axis):
+    """`nl.expand_dims(x, axis)`: a view of x with a new size-1 axis at `axis` (no copy). On chip the
+    new axis cannot be axis 0, the partition axis."""
+    x = _isa._tensor(x, "nl.expand_dims", "x")
+    return x.expand_dim(axis if axis >= 0 else x.ndim + 1 + axis)
+
+
+def gather_flattened(data, indices, axis=0, dtype=None, name=None):
+    """`nl.gather_flattened(data, indices)`: per partition, out[p, i...] = data[p]'s free elements
+    (flattened) at position indices[p, i...] (GpSimd Engine). indices is an integer tile of data's
+    partition count; the result has indices' shape. A position past data's free size is an error."""
+    instr = "nl.gather_flattened"
+    data = _isa._tensor(data, instr, "data")
+    indices = _isa._tensor(indices, instr, "indices")
+    if axis != 0:
+        raise NKIError(instr, f"axis={axis!r}: only the default (0, the flattened free elements of each "
+                       "partition) is simulated", "reshape data so the gather runs over its flattened free axes")
+    if _dt.is_float(indices.dtype):
+        raise NKIError(instr, f"indices dtype {_dt.name(indices.dtype)} must be an integer type", "cast with nl.copy")
+    if indices.partitions != data.partitions:
+        raise NKIError(instr, f"indices {indices.shape} and data {data.shape} must have the same partition count "
+                       "(the gather stays within each partition)", "gather across partitions with a DMA")
+    flat = data.data.reshape(data.partitions, -1)
+    idx = indices.data.reshape(indices.partitions, -1).astype(np.int64)
+    if idx.size and (idx.min() < 0 or idx.max() >= flat.shape[1]):
+        bad = int(idx.min()) if idx.min() < 0 else int(idx.max())
+        raise NKIError(instr, f"index {bad} is outside data's {flat.shape[1]} elements per partition")
+    out = _new(indices.shape, dtype or data.dtype, sbuf, name, instr)
+    _isa._access(instr, "gpsimd", reads=[("data", data), ("indices", indices)], writes=[("dst", out)])
+    _isa._write(out, np.take_along_axis(flat, idx, axis=1).astype(np.float32))
+    _isa._record(instr, "gpsimd", [out], [data, indices], ("elementwise", out.free_size))
+    return out
+
+
+def while_loop(init, body_fun):
+    """`nl.while_loop(init, body_fun)`: r = init; while r != 0: r = body_fun(r), `r` a register
+    (nisa.register_alloc) passed by value. The simulator reads the registers as the loop runs."""
+    from .isa.registers import VirtualRegister
+
+    instr = "nl.while_loop"
+    _check_reorder(instr)
+    if not isinstance(init, VirtualRegister):
+        raise NKIError(instr, f"init must be a register (nisa.register_alloc), got {type(init).__name__}",
+                       "load the condition into a register with nisa.register_load")
+    r = init
+    while r.get(instr) != 0:
+        r = body_fun(VirtualRegister(r.get(instr)))
+        if not isinstance(r, VirtualRegister):
+            raise NKIError(instr, f"body_fun must return the next condition register, got {type(r).__name__}",
+                           "return the register the body loaded the condition into")
+
+
+def device_print(print_prefix, tensor):
+    """`nl.device_print(prefix, tensor)`: print the prefix and the tile's values to stdout (AWS's CPU
+    simulation prints immediately; on a device the runtime dumps them). SBUF or HBM tensors."""
+    instr = "nl.device_print"
+    if not isinstance(print_prefix, str):
+        raise NKIError(instr, f"print_prefix must be a constant string, got {type(print_prefix).__name__}")
+    t = _isa._tensor(tensor, instr, "tensor")
+    if t.buffer.kind == "psum":
+        raise NKIError(instr, "tensor is in nl.psum; device_print prints SBUF or HBM tensors", "copy it to SBUF first")
+    print(print_prefix, np.asarray(t.data.astype(np.float32) if _dt.is_float(t.dtype) else t.data), flush=True)
+
+
+_NO_REORDER = {}  # id(run) -> depth of nested `with nl.no_reorder():` blocks
+
+
+def _check_reorder(instr):
+    from .runtime import active
+
+    run = active()
+    if run is not None and _NO_REORDER.get(id(run)):
+        raise NKIError(instr, "register-based dynamic loops are not supported inside `with nl.no_reorder():` (AWS)",
+                       "move the loop out of the block, or use a Python range")
+
+
+class no_reorder:  # noqa: N801 - the NKI name
+    """`with nl.no_reorder():` keeps the block's instructions in program order. The simulator runs
+    (and records) every instruction in program order anyway; the block only forbids the dynamic
+    loops AWS forbids there (nl.fori_loop, nl.while_loop)."""
+
+    def __enter__(self):
+        self._run = current("nl.no_reorder")
+        _NO_REORDER[id(self._run)] = _NO_REORDER.get(id(self._run), 0) + 1
+        return self
+
+    def __exit__(self, *exc):
+        key = id(self._run)
+        _NO_REORDER[key] -= 1
+        if not _NO_REORDER[key]:
+            del _NO_REORDER[key]
+        return False
+
+
+class _LoopReduce:
+    """What nl.loop_reduce returns: a pending `dst = op(dst, x)`, applied by the assignment
+    `t[...] = nl.loop_reduce(x, ...)` that names dst."""
+
+    __slots__ = ("x", "token", "dtype", "mask")
+
+    def __init__(self, x, token, dtype, mask):
+        self.x, self.token, self.dtype, self.mask = x, token, dtype, mask
+
+    def __getattr__(self, item):
+        raise NKIError("nl.loop_reduce", f"its result is only the right side of an assignment `t[...] = "
+                       f"nl.loop_reduce(...)` (asked for .{item})",
+                       "assign it into the accumulator tile: acc[...] = nl.loop_reduce(x, op=np.add, loop_indices=[k])")
+
+
+def loop_reduce(x, op, loop_indices, *, dtype=None, name=None, **kwargs):
+    """`acc[...] = nl.loop_reduce(x, op, loop_indices)`: acc = op(acc, x) (nisa.tensor_tensor on the
+    Vector Engine), the assignment target being the reduction's destination and rhs, as AWS
+    documents; `loop_indices` (the loops it reduces over) is accepted and only checked for presence."""
+    instr = "nl.loop_reduce"
+    x = _isa._tensor(x, instr, "x")
+    token = _ops.resolve(op, instr, 2)
+    if loop_indices is None:
+        raise NKIError(instr, "loop_indices is required (the loop indices the reduction runs over)")
+    return _LoopReduce(x, token, dtype, _isa._active_mask())  # mask=: applied with the assignment
+
+
+def atomic_rmw(dst, value, op):
+    """`nl.atomic_rmw(dst, value, op=np.add)`: dst = dst + value on HBM, a DMA with read-modify-write
+    (nisa.dma_copy with dst_rmw_op=nl.add). AWS supports only np.add."""
+    instr = "nl.atomic_rmw"
+    token = _ops.resolve(op, instr, 2)
+    if token.name != "add":
+        raise NKIError(instr, f"op {token!r} is not supported: only np.add / nl.add (AWS)")
+    dst = _isa._tensor(dst, instr, "dst")
+    if dst.buffer.on_chip:
+        raise NKIError(instr, f"dst is in {dst.buffer!r}; atomic_rmw updates HBM", "index an HBM tensor")
+    if not isinstance(value, NkiTensor):
+        tile = _new(dst.shape, dst.dtype, sbuf, None, instr)
+        _isa.memset(tile, value)
+        value = tile
+    _isa.dma_copy(dst, value, dst_rmw_op=_ops.BINARY["add"])
+
+def all_reduce(x, op, program_axes, *, dtype=None, parallel_reduce=True, asynchronous=False, name=None):
+    """`nl.all_reduce(x, op, program_axes)` (the older reference): op (add, maximum, minimum) of x
+    over the programs of the launch grid that differ only along `program_axes`, in float32, in a new
+    SBUF tile of every such program (cast to `dtype`, default x's). Each program waits for the others
+    of its group (they run as concurrent cores, see "Logical NeuronCores"); recorded as a DMA of x's
+    bytes. `parallel_reduce` and `asynchronous` are accepted and not acted on."""
+    instr = "nl.all_reduce"
+    run = current(instr)
+    x = _isa._tensor(x, instr, "x")
+    token = _ops.resolve(op, instr, 2)
+    if token.name not in ("add", "maximum", "minimum"):
+        raise NKIError(instr, f"op {token!r} is not supported here", "use np.add / nl.add, nl.maximum or nl.minimum")
+    grid = tuple(run.grid) or (1,)
+    axes = (program_axes,) if isinstance(program_axes, (int, np.integer)) else tuple(program_axes)
+    if not axes or any(not 0 <= a < len(grid) for a in axes):
+        raise NKIError(instr, f"program_axes {program_axes!r} must name axes of the launch grid {run.grid}",
+                       "launch the kernel over a grid: kernel[n](...)")
+    pid = tuple(run.program_id) if run.grid else (0,)
+    first = run.gid - int(np.ravel_multi_index(pid, grid))
+    members = []
+    for combo in itertools.product(*(builtins.range(grid[a]) for a in axes)):
+        p = list(pid)
+        for a, v in zip(axes, combo):
+            p[a] = v
+        members.append(first + int(np.ravel_multi_index(tuple(p), grid)))
+    group = tuple(sorted(members))
+    cores = run.launch.cores
+    values = np.array(_isa._f32(x), copy=True)
+    if cores is None or len(group) == 1:
+        got = {run.gid: values}
+    else:
+        key = ("nl.all_reduce", group)
+        seq = cores.issued[(run.gid,) + key]
+        cores.issued[(run.gid,) + key] = seq + 1
+        slot = cores.slots[key + (seq,)]
+        slot[run.gid] = values
+        cores.wait(run.gid, lambda: builtins.all(g in slot for g in group),
+                   f"{instr} number {seq + 1} over programs {list(group)} (waiting for "
+                   f"{[g for g in group if g not in slot]})")
+        got = slot
+    acc = None
+    for g in group:
+        if got[g].shape != values.shape:
+            raise NKIError(instr, f"the programs of the group reduce tiles of different shapes "
+                           f"({got[g].shape} and {values.shape})")
+        acc = got[g] if acc is None else token.fn(acc, got[g])
+    out = _new(x.shape, dtype or x.dtype, sbuf, name, instr)
+    _isa._access(instr, "dma", reads=[("x", x)], writes=[("dst", out)])
+    _isa._write(out, acc)
+    _isa._record(instr, "dma", [out], [x], ("dma", x.nbytes, x.nbytes / builtins.max(1, x.partitions)),
+                 nbytes=x.nbytes)
+    return out
+
+for _token in _ops.BITVEC.values():
+    _token.helper = _masks(_bitvec_helper(_token), f"nl.{_token.name}")
+    globals()[_token.name] = _token
+del _token
+_ops.BINARY["abs_max"].helper = _trn3_only(_ops.BINARY["abs_max"].helper, "nl.abs_max")
+_ops.BINARY["abs_min"].helper = _trn3_only(_ops.BINARY["abs_min"].helper, "nl.abs_min")
+all = _masks(_reduction(_ops.BINARY["logical_and"], "all"), "nl.all")  # noqa: A001 - the NKI name
+for _f in ("invert", "logical_not", "var", "softmax", "rms_norm", "where", "broadcast_to", "gather_flattened",
+           "atomic_rmw", "loop_reduce", "all_reduce"):
+    globals()[_f] = _masks(globals()[_f], f"nl.{_f}")
+del _f
+
 __all__ = [
     "sbuf", "psum", "hbm", "shared_hbm", "private_hbm", "tile_size", "ds", "par_dim", "fp32", "finfo",
     "NKIObject", "static_cast", "dtype",
@@ -571,5 +1018,8 @@ __all__ = [
     "dynamic_range", "fori_loop",
     "shared_identity_matrix",
     "load", "store", "copy", "matmul", "transpose", "random_seed", "dropout", "sum", "max", "min", "prod", "mean",
-    *_ops.UNARY, *_ops.BINARY,
+    *_ops.UNARY, *_ops.BINARY, *_ops.BITVEC,
+    "empty_like", "rand", "is_psum", "is_sbuf", "is_hbm", "is_on_chip", "invert", "logical_not", "all", "var",
+    "softmax", "rms_norm", "where", "broadcast_to", "expand_dims", "gather_flattened", "while_loop",
+    "device_print", "no_reorder", "loop_reduce", "atomic_rmw", "all_reduce",
 ]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 import operator
+import weakref
 
 import numpy as np
 
@@ -46,6 +47,7 @@ shared_hbm = Buffer("shared_hbm", "hbm")
 private_hbm = Buffer("private_hbm", "hbm")
 
 _ids = itertools.count(1)
+_INDIRECT = weakref.WeakSet()  # views that use indirect addressing (a dynamic select, .ap(scalar_offset=))
 
 
 class Allocation:
@@ -306,6 +308,262 @@ class NkiTensor:
         is a [P, F] float8_e4m3fn_x4 one). The last axis must be contiguous."""
         from .access_pattern import reinterpret
         return reinterpret(self, dtype, "view")
+
+    # --- AWS's NkiTensor view API (shape-based views; all share the allocation, nothing is copied)
+    @property
+    def strides(self) -> tuple:
+        """Element strides of each dimension (AWS's access-pattern steps). On chip a partition step
+        counts the elements of one partition row of the allocation, as `.ap` patterns do."""
+        item = self.data.itemsize
+        return tuple(s // item for s in self.data.strides)
+
+    @property
+    def name(self) -> str:
+        """The allocation's name (`nl.ndarray(..., name=)`), '' when it has none."""
+        return self.alloc.name or ""
+
+    @property
+    def size(self) -> int:
+        """The number of elements."""
+        return self.data.size
+
+    def is_contiguous(self) -> bool:
+        """Whether the view covers its memory row-major without gaps: each dimension of size > 1 steps
+        by the product of the inner sizes. On chip the partition dimension is skipped (AWS)."""
+        expected = 1
+        first = 1 if self.buffer.on_chip else 0
+        for n, s in reversed(list(zip(self.shape[first:], self.strides[first:]))):
+            if n != 1 and s != expected:
+                return False
+            expected *= n
+        return True
+
+    def get_pattern(self) -> list:
+        """The view's access pattern, `[[stride, count], ...]` per dimension (see `strides`)."""
+        return [[s, n] for s, n in zip(self.strides, self.shape)]
+
+    def is_indirect(self) -> bool:
+        """Whether the view uses indirect addressing (a dynamic `select`, `.ap(scalar_offset=)`)."""
+        return self in _INDIRECT
+
+    def _dim(self, dim, what, allow_partition=False, extra=0):
+        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
+            raise NKIError(what, f"dim must be an integer, got {dim!r}")
+        n = self.ndim + extra
+        if not -n <= dim < n:
+            raise NKIError(what, f"dim {dim} is outside the {self.ndim} dimensions of shape {self.shape}")
+        dim = int(dim) % n
+        if dim == 0 and self.buffer.on_chip and not allow_partition:
+            raise NKIError(what, "dim 0 is the partition dimension of an on-chip tensor; this view cannot change it",
+                           "apply it to a free dimension (1 or later)")
+        self._no_blocks(what)
+        return dim
+
+    def _strided(self, shape, strides) -> "NkiTensor":
+        item = self.data.itemsize
+        view = np.lib.stride_tricks.as_strided(self.data, shape=tuple(shape), strides=tuple(s * item for s in strides))
+        return NkiTensor(self.alloc, view, self.offset, dtype=self.vdtype)
+
+    def broadcast(self, dim, size) -> "NkiTensor":
+        """`t.broadcast(dim, size)`: a size-1 dimension repeated `size` times (a stride-0 view)."""
+        dim = self._dim(dim, "broadcast")
+        if self.shape[dim] != 1:
+            raise NKIError("broadcast", f"dimension {dim} of {self.shape} has size {self.shape[dim]}; only a size-1 "
+                           "dimension broadcasts", "expand_dim first to add a size-1 dimension")
+        shape = list(self.shape)
+        shape[dim] = int(size)
+        strides = list(self.strides)
+        strides[dim] = 0
+        view = np.lib.stride_tricks.as_strided(self.data, shape=tuple(shape),
+                                               strides=tuple(s * self.data.itemsize for s in strides), writeable=False)
+        return NkiTensor(self.alloc, view, self.offset, dtype=self.vdtype)
+
+    def expand_dim(self, dim) -> "NkiTensor":
+        """`t.expand_dim(dim)`: a new size-1 dimension at position `dim` (not 0 on chip)."""
+        dim = self._dim(dim, "expand_dim", extra=1)
+        shape, strides = list(self.shape), list(self.strides)
+        shape.insert(dim, 1)
+        strides.insert(dim, 0)
+        return self._strided(shape, strides)
+
+    def squeeze_dim(self, dim) -> "NkiTensor":
+        """`t.squeeze_dim(dim)`: the size-1 dimension `dim` removed (not 0 on chip)."""
+        dim = self._dim(dim, "squeeze_dim")
+        if self.shape[dim] != 1:
+            raise NKIError("squeeze_dim", f"dimension {dim} of {self.shape} has size {self.shape[dim]}, not 1")
+        shape, strides = list(self.shape), list(self.strides)
+        del shape[dim], strides[dim]
+        return self._strided(shape, strides)
+
+    def reshape_dim(self, dim, shape) -> "NkiTensor":
+        """`t.reshape_dim(dim, shape)`: dimension `dim` split into `shape` (one entry may be -1)."""
+        shape = [int(s) for s in shape]
+        trivial = bool(shape) and shape[0] == self.shape[0] and all(s == 1 for s in shape[1:])
+        dim = self._dim(dim, "reshape_dim", allow_partition=trivial)
+        n = self.shape[dim]
+        if shape.count(-1) > 1 or any(s <= 0 and s != -1 for s in shape):
+            raise NKIError("reshape_dim", f"shape {tuple(shape)} must hold positive sizes and at most one -1")
+        if -1 in shape:
+            known = math.prod(s for s in shape if s != -1)
+            if n % known:
+                raise NKIError("reshape_dim", f"cannot infer -1 in {tuple(shape)}: {n} is not a multiple of {known}")
+            shape[shape.index(-1)] = n // known
+        if math.prod(shape) != n:
+            raise NKIError("reshape_dim", f"shape {tuple(shape)} has {math.prod(shape)} elements, dimension {dim} "
+                           f"of {self.shape} has {n}", "the sizes must multiply to the dimension's size")
+        step = self.strides[dim]
+        inner = [step * math.prod(shape[i + 1:]) for i in range(len(shape))]
+        new_shape = list(self.shape[:dim]) + shape + list(self.shape[dim + 1:])
+        new_strides = list(self.strides[:dim]) + inner + list(self.strides[dim + 1:])
+        return self._strided(new_shape, new_strides)
+
+    def flatten_dims(self, start_dim, end_dim) -> "NkiTensor":
+        """`t.flatten_dims(start_dim, end_dim)`: dimensions start..end (inclusive) merged into one;
+        they must be contiguous with each other in memory (start_dim > 0 on chip)."""
+        start = self._dim(start_dim, "flatten_dims")
+        end = self._dim(end_dim, "flatten_dims")
+        if end < start:
+            raise NKIError("flatten_dims", f"end_dim {end_dim} is before start_dim {start_dim}")
+        sizes, steps = self.shape[start:end + 1], self.strides[start:end + 1]
+        for i in range(len(sizes) - 1):
+            if sizes[i] != 1 and sizes[i + 1] != 1 and steps[i] != steps[i + 1] * sizes[i + 1]:
+                raise NKIError("flatten_dims", f"dimensions {start}..{end} of {self.shape} (strides {self.strides}) "
+                               "are not contiguous in memory", "copy the tensor into a contiguous tile first")
+        live = [s for n, s in zip(sizes, steps) if n != 1]
+        shape = list(self.shape[:start]) + [math.prod(sizes)] + list(self.shape[end + 1:])
+        strides = list(self.strides[:start]) + [live[-1] if live else 1] + list(self.strides[end + 1:])
+        return self._strided(shape, strides)
+
+    def rearrange(self, src_pattern, dst_pattern, fixed_sizes=None) -> "NkiTensor":
+        """`t.rearrange(('b', ('h', 'w')), ('b', 'w', 'h'), {'h': 4})`: einops-style split (tuples in
+        src_pattern), reorder, and merge (tuples in dst_pattern) as one view."""
+        what = "rearrange"
+        fixed = dict(fixed_sizes or {})
+        src, dst = list(src_pattern), list(dst_pattern)
+        if len(src) != self.ndim:
+            raise NKIError(what, f"src_pattern {tuple(src)} names {len(src)} dimensions, the tensor has {self.ndim}")
+        view, names = self, []
+        for dim in reversed(range(len(src))):
+            group = src[dim]
+            if isinstance(group, str):
+                names.insert(0, group)
+                continue
+            group = list(group)
+            sizes = [fixed.get(g, -1) for g in group]
+            view = view.reshape_dim(dim, sizes) if len(group) > 1 else view
+            names[0:0] = group
+        flat_dst = [g for item in dst for g in ((item,) if isinstance(item, str) else item)]
+        if sorted(flat_dst) != sorted(names) or len(set(names)) != len(names):
+            raise NKIError(what, f"dst_pattern {tuple(dst)} must name each dimension of src_pattern {tuple(src)} once")
+        view = view.permute([names.index(g) for g in flat_dst])
+        dim = 0
+        for item in dst:
+            if isinstance(item, str):
+                dim += 1
+                continue
+            if len(item) > 1:
+                view = view.flatten_dims(dim, dim + len(item) - 1)
+            dim += 1
+        return view
+
+    def slice(self, dim, start, end, step=1) -> "NkiTensor":  # noqa: A003 - AWS's name
+        """`t.slice(dim, start, end, step=1)`: elements start..end-1 of dimension `dim`."""
+        dim = self._dim(dim, "slice", allow_partition=True)
+        n = self.shape[dim]
+        if not (0 <= start < end <= n) or step < 1:
+            raise NKIError("slice", f"slice({start}, {end}, step={step}) of dimension {dim} (size {n}) needs "
+                           f"0 <= start < end <= {n} and step >= 1")
+        if self in _INDIRECT:
+            raise NKIError("slice", "this view uses indirect addressing; its dimensions cannot be sliced further",
+                           "slice before the dynamic select")
+        index = [slice(None)] * self.ndim
+        index[dim] = slice(int(start), int(end), int(step))
+        return self[tuple(index)]
+
+    def select(self, dim, index) -> "NkiTensor":
+        """`t.select(dim, i)`: element i of dimension `dim`, the dimension removed. `index` may be a
+        one-element integer tile (a dynamic select, read when the view is made); the result is then
+        indirect and cannot be selected dynamically again."""
+        what = "select"
+        dynamic = isinstance(index, NkiTensor)
+        dim = self._dim(dim, what)
+        if self in _INDIRECT:
+            raise NKIError(what, "this view already uses indirect addressing (one dynamic select per tensor)",
+                           "select statically, or make one select over the whole tensor")
+        if dynamic:
+            if index.data.size != 1 or _dt.is_float(index.dtype):
+                raise NKIError(what, f"a dynamic index must be a one-element integer tile, got {index.shape} "
+                               f"{_dt.name(index.dtype)}")
+            i = int(index.data.reshape(-1)[0])
+        elif isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise NKIError(what, f"index must be an integer or a one-element tile, got {index!r}")
+        else:
+            i = int(index)
+        n = self.shape[dim]
+        if not 0 <= i < n:
+            raise NKIError(what, f"index {i} is outside dimension {dim} of size {n}" +
+                           (" (read from the index tile)" if dynamic else ""))
+        shape, strides = list(self.shape), list(self.strides)
+        offset = strides[dim] * i * self.data.itemsize
+        del shape[dim], strides[dim]
+        base = self[tuple([slice(None)] * dim + [slice(i, i + 1)])]
+        view = np.lib.stride_tricks.as_strided(base.data, shape=tuple(shape),
+                                               strides=tuple(s * self.data.itemsize for s in strides))
+        out = NkiTensor(self.alloc, view, self.offset + offset, dtype=self.vdtype)
+        if dynamic:
+            _INDIRECT.add(out)
+        return out
+
+    def vector_select(self, dim, vector_offset) -> "NkiTensor":
+        """`t.vector_select(0, offsets)`: an HBM tensor's dimension 0 indexed per partition: partition p
+        of the result is t[offsets[p]] (offsets an SBUF [P, 1] integer tile, read when the view is made).
+        The view gathers (reads) and scatters (writes); an index outside dimension 0 is an NKIError
+        unless the instruction skips it (`oob_mode=nisa.oob_mode.skip`)."""
+        from .access_pattern import _bounds, indirect_view, vector_offsets
+
+        what = "vector_select"
+        if dim != 0:
+            raise NKIError(what, f"dim must be 0 (AWS), got {dim!r}")
+        if self.buffer.on_chip:
+            raise NKIError(what, f"the tensor is in {self.buffer!r}; vector_select indexes HBM tensors only (AWS)",
+                           "gather on chip with nl.gather_flattened or nisa.nc_n_gather")
+        if self in _INDIRECT or self.partial is not None:
+            raise NKIError(what, "this view already uses indirect addressing (one dynamic select per tensor)")
+        if self.vdtype is not None:
+            raise NKIError(what, "vector_select on a reinterpreted (.view) tensor is not simulated")
+        rows = vector_offsets(what, vector_offset, vector_offset.partitions if isinstance(vector_offset, NkiTensor)
+                              else -1)
+        item = self.data.itemsize
+        steps = [s // item for s in self.data.strides]
+        rest = self.shape[1:]
+        flat = (self.offset // item + rows * steps[0]).reshape((len(rows),) + (1,) * len(rest))
+        for k, n in enumerate(rest, start=1):
+            shape = [1] * (len(rest) + 1)
+            shape[k] = n
+            flat = flat + (steps[k] * np.arange(n, dtype=np.int64)).reshape(shape)
+        n0 = self.shape[0]
+        bad = (rows < 0) | (rows >= n0)
+        lo, hi = _bounds(self)
+        if bad.any():  # an index outside dimension 0 is out of bounds even where it lands inside memory
+            flat = np.where(bad.reshape((-1,) + (1,) * len(rest)), hi, flat)
+        return indirect_view(self, flat, lo, hi, what, rows)
+
+    def reinterpret_cast(self, dtype) -> "NkiTensor":
+        """`t.reinterpret_cast(dtype)`: the same bytes as another dtype, as `t.view(dtype)`."""
+        from .access_pattern import reinterpret
+        return reinterpret(self, dtype, "reinterpret_cast")
+
+    # --- the older reference's tile type (`nki.tensor`)
+    def assert_shape(self, shape) -> "NkiTensor":
+        """`t.assert_shape(shape)`: t itself; an NKIError when its shape is not `shape`."""
+        if tuple(self.shape) != tuple(shape):
+            raise NKIError("assert_shape", f"the tensor has shape {self.shape}, expected {tuple(shape)}")
+        return self
+
+    def astype(self, dtype) -> "NkiTensor":
+        """`t.astype(dtype)`: a copy cast to `dtype` in a new SBUF tile (a copy always occurs)."""
+        from . import language as nl
+        return nl.copy(self, dtype=dtype)
 
     # --- operators forward to the nl helpers (imported lazily: language imports this module)
     def _binary(self, other, name, reverse=False):

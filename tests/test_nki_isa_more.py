@@ -184,11 +184,20 @@ def test_range_select_keeps_the_window_of_each_row(shape, dtype, start):
     out, red = _range_select(x, lo, hi, start, nl.less)
     j = start + np.arange(f)[None, :]
     keep = (j >= lo) & (j < hi)
-    ref = np.where(keep, x.reshape(p, f).astype(np.float32), FP32_MIN).astype(dtype)
-    np.testing.assert_array_equal(out.reshape(p, f), ref)
-    np.testing.assert_array_equal(red, ref.astype(np.float32).max(axis=1, keepdims=True))
+    selected = np.where(keep, x.reshape(p, f).astype(np.float32), FP32_MIN)
+    np.testing.assert_array_equal(out.reshape(p, f), selected.astype(dtype))
+    # The maximum is of the float32 values, before the cast into dst (AWS's numerical-stability note).
+    np.testing.assert_array_equal(red, selected.max(axis=1, keepdims=True))
     ins = _op(_range_select.last_trace, "nisa.range_select")[0]
     assert ins.engine == "vector" and _cycles(ins) == max(64, f)
+
+
+def test_range_select_empty_window_in_bfloat16_is_minus_inf_in_dst_and_fp32_min_in_reduce_res():
+    x = RNG.standard_normal((4, 32)).astype(ml_dtypes.bfloat16)
+    lo = np.full((4, 1), 10.0, np.float32)
+    out, red = _range_select(x, lo, lo, 0, nl.less)  # [10, 10): empty
+    assert np.isneginf(out.astype(np.float32)).all()
+    np.testing.assert_array_equal(red, np.full((4, 1), FP32_MIN, np.float32))
 
 
 def test_range_select_rules(monkeypatch):

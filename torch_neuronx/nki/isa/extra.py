@@ -115,12 +115,18 @@ def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
     isa._record(instr, "vector", [dst], [t for _, t in reads] + [dst], ("tensor_tensor", dst.free_size, fast))
 
 
-def _reduction(instr, isa, dst, cmd, rtoken, res, allowed_idle_res=True):
+def _reduction(instr, isa, dst, cmd, selected, res):
     """The Vector Engine register protocol shared by select_reduce and range_select (as
     tensor_scalar_reduce): reset / reset_reduce / reduce drive the registers and reduce_res reads
-    them; idle leaves this instruction's own reduction in reduce_res, the registers unknown."""
+    them; idle leaves this instruction's own reduction in reduce_res, the registers unknown. The
+    maximum is of the float32 `selected` values, before the cast into dst (AWS's NumPy equivalents;
+    range_select's note: a bfloat16 dst holds -inf where reduce_res holds FP32_MIN)."""
+    rtoken = _ops.BINARY["maximum"]
     lanes = isa._lanes(dst)
-    partial = isa._partial_reduce(dst, rtoken) if cmd != "reset" else None
+    keep = isa._input_keep(dst)
+    if keep is not None:
+        selected = np.where(keep, selected, -np.inf)
+    partial = selected.max(axis=1, keepdims=True).astype(np.float32) if cmd != "reset" else None
     if cmd == "idle":
         if isa._issued():
             isa._registers(instr, "vector").known[lanes] = False
@@ -163,10 +169,11 @@ def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd
                        "allocate reduce_res as nl.float32")
     off, off_t = isa._scalar_operand(on_false, instr, "on_false", dst.partitions, "vector")
     keep = _predicate(instr, pred, reverse_pred)
-    isa._write(dst, np.where(keep, isa._f32_2d(src), off))
+    selected = np.where(keep, isa._f32_2d(src), off).astype(np.float32)
+    isa._write(dst, selected)
     writes = [dst]
     if res is not None or cmd != "idle":
-        writes += _reduction(instr, isa, dst, cmd, _ops.BINARY["maximum"], res)
+        writes += _reduction(instr, isa, dst, cmd, selected, res)
     reads = [pred, src] + ([off_t] if off_t is not None else [])
     fast = "psum" in (pred.buffer.kind, src.buffer.kind)
     isa._record(instr, "vector", writes, reads, ("tensor_tensor", dst.free_size, fast))
@@ -218,8 +225,9 @@ def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_c
     res = isa._reduce_operand(instr, reduce_res, dst.partitions, "vector") if reduce_res is not None else None
     index = np.float32(int(range_start)) + np.arange(src.free_size, dtype=np.float32)[None, :]
     keep = (ops[0].fn(index, isa._f32_2d(b0)) != 0) & (ops[1].fn(index, isa._f32_2d(b1)) != 0)
-    isa._write(dst, np.where(keep, isa._f32_2d(src), np.float32(FP32_MIN)))
-    writes = [dst] + _reduction(instr, isa, dst, cmd, _ops.BINARY["maximum"], res)
+    selected = np.where(keep, isa._f32_2d(src), np.float32(FP32_MIN)).astype(np.float32)
+    isa._write(dst, selected)
+    writes = [dst] + _reduction(instr, isa, dst, cmd, selected, res)
     isa._record(instr, "vector", writes, [src, b0, b1], ("elementwise", dst.free_size))
 
 

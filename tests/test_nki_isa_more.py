@@ -752,3 +752,31 @@ def test_depends_on_rules():
 
     with pytest.raises(NKIError, match="must be an NkiInstruction"):
         not_an_instruction(np.zeros((2, 2), np.float32))
+
+
+# ---------------------------------------------------------------------------- the previous reference's value forms
+def test_value_forms_of_the_previous_reference():
+    @nki.jit
+    def older(x, src, index, ids, lo, hi):
+        reduced = nl.ndarray((1,) + x.shape[1:], x.dtype, buffer=nl.shared_hbm)
+        gathered = nl.ndarray((src.shape[0], 16 * index.shape[1], 2), src.dtype, buffer=nl.shared_hbm)
+        bounds = nl.ndarray((1, 2, ids.shape[1]), ids.dtype, buffer=nl.shared_hbm)
+        window = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        nl.store(reduced, nisa.tensor_partition_reduce(np.add, nl.load(x)))
+        nl.store(gathered, nisa.local_gather(nl.load(src), nl.load(index), 2))
+        nl.store(bounds, nisa.sequence_bounds(segment_ids=nl.load(ids)))
+        nl.store(window, nisa.range_select(on_true_tile=nl.load(x), comp_op0=nl.greater_equal, comp_op1=nl.less,
+                                           bound0=nl.load(lo), bound1=nl.load(hi)))
+        return reduced, gathered, bounds, window
+
+    x = RNG.standard_normal((16, 12)).astype(np.float32)
+    src = RNG.standard_normal((16, 30)).astype(np.float32)
+    index = RNG.integers(0, 29, (16, 3)).astype(np.uint16)
+    ids = np.array([[0, 1, 1, 2, 2, 2, 0, 3]], np.int32)
+    lo, hi = np.full((16, 1), 2.0, np.float32), np.full((16, 1), 5.0, np.float32)
+    reduced, gathered, bounds, window = older(x, src, index, ids, lo, hi)
+    np.testing.assert_allclose(reduced, x.sum(0, keepdims=True), rtol=1e-6)
+    np.testing.assert_array_equal(gathered.reshape(16, -1), _gather_ref(src, index, 2, 48))
+    np.testing.assert_array_equal(bounds, _bounds_ref(ids[0]).astype(np.int32))
+    j = np.arange(12)
+    np.testing.assert_array_equal(window, np.where((j >= 2) & (j < 5), x, FP32_MIN))

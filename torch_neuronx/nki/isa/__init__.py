@@ -1075,6 +1075,11 @@ from .extra import (activate2, dma_compute, exponential, local_gather, range_sel
                     tensor_partition_reduce)
 from .rng import rand2, rand_get_state, rand_set_state, rng, set_rng_seed  # noqa: E402,F401 - isa/rng.py
 
+# The previous reference's value-returning forms (`res = nisa.local_gather(src, index)`).
+from . import extra as _extra  # noqa: E402
+for _name in ("tensor_partition_reduce", "local_gather", "sequence_bounds", "range_select"):
+    globals()[_name] = _value_forms.both_forms(globals()[_name], getattr(_extra, _name + "_value"), f"nisa.{_name}")
+
 # The older dialect's mask= for the instructions its reference documents with one.
 tensor_copy_predicated = accepts_mask(tensor_copy_predicated, "nisa.tensor_copy_predicated")
 tensor_copy_dynamic_src = accepts_mask(tensor_copy_dynamic_src, "nisa.tensor_copy_dynamic_src")

@@ -576,3 +576,53 @@ def tensor_copy_dynamic_src(src, *, dst=None, dtype=None, engine=None, name=None
         dst = current(instr).allocate(tuple(src.shape), dtype or src.dtype, sbuf, None, instruction=instr)
     _copy_dynamic(instr, dst, src, engine)
     return dst
+
+
+# ---------------------------------------------------------------------------- the previous reference's value forms
+def _new_tile(instr, shape, dtype):
+    from ..runtime import current
+    from ..tensor import sbuf
+
+    return current(instr).allocate(tuple(shape), dtype, sbuf, None, instruction=instr)
+
+
+def tensor_partition_reduce_value(op, data, *, dtype=None, name=None):
+    """The previous reference's form: data reduced over its partitions into a new [1, ...] SBUF tile."""
+    instr = "nisa.tensor_partition_reduce"
+    data = _isa()._tensor(data, instr, "data")
+    dst = _new_tile(instr, (1,) + tuple(data.shape[1:]), dtype or data.dtype)
+    tensor_partition_reduce(dst, op, data)
+    return dst
+
+
+def local_gather_value(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, name=None):
+    """The previous reference's form: a new SBUF tile [P, num_valid_indices, num_elem_per_idx]."""
+    instr = "nisa.local_gather"
+    isa = _isa()
+    src, idx = isa._tensor(src_buffer, instr, "src_buffer"), isa._tensor(index, instr, "index")
+    valid = _GPSIMD_CORE_PARTITIONS * idx.free_size if num_valid_indices is None else int(num_valid_indices)
+    dst = _new_tile(instr, (src.partitions, valid, num_elem_per_idx), src.dtype)
+    local_gather(dst, src, idx, num_elem_per_idx, num_valid_indices)
+    return dst
+
+
+def sequence_bounds_value(*, segment_ids, dtype=None, name=None):
+    """The previous reference's form: a new SBUF tile [1, 2, n] (`dtype`, else segment_ids')."""
+    instr = "nisa.sequence_bounds"
+    seg = _isa()._tensor(segment_ids, instr, "segment_ids")
+    dst = _new_tile(instr, (1, 2, seg.free_size), dtype or seg.dtype)
+    sequence_bounds(dst, seg)
+    return dst
+
+
+def range_select_value(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=None, reduce_res=None,
+                       reduce_op=None, range_start=0, on_false_value=Ellipsis, dtype=None, name=None):
+    """The previous reference's form (keyword-only, reduce_cmd default idle): a new SBUF tile."""
+    from .constants import reduce_cmd as _cmds
+
+    instr = "nisa.range_select"
+    src = _isa()._tensor(on_true_tile, instr, "on_true_tile")
+    dst = _new_tile(instr, src.shape, dtype or src.dtype)
+    range_select(dst, src, comp_op0, comp_op1, bound0, bound1, _cmds.idle if reduce_cmd is None else reduce_cmd,
+                 reduce_res, reduce_op, range_start, on_false_value)
+    return dst

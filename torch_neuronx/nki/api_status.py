@@ -84,6 +84,23 @@ DIFFERENCES = {
                         "DMA, not what it copies); `dma_transpose` checks the `hwdge` limits",
     "nki.isa.matmul_perf_mode": "accepted and not acted on: FP8 double-row throughput is not costed",
     "nki.isa.dma_engine": "accepted and not acted on (which DMA engine moves the data)",
+    "nki.isa.rng": "the bits come from a per-lane XORWOW whose state the launch's NumPy generator sets "
+                   "(nl.random_seed), not the hardware's state or draw order",
+    "nki.isa.rand2": "the numbers come from a per-lane XORWOW whose state the launch's NumPy generator sets "
+                     "(nl.random_seed), not the hardware's state or draw order",
+    "nki.isa.set_rng_seed": "derives the lanes' states from the seed with NumPy's generator: a seed repeats the "
+                            "simulator's numbers, not the hardware's",
+    "nki.isa.rand_set_state": "the state words are the simulator's XORWOW (x, y, z, w, v, d; the Vector Engine's "
+                              "other 18 words are kept unused): AWS does not document their layout",
+    "nki.isa.rand_get_state": "the state words are the simulator's XORWOW (x, y, z, w, v, d; the Vector Engine's "
+                              "other 18 words are kept unused): AWS does not document their layout",
+    "nki.isa.NkiInstruction": "instructions run in program order; a handle only adds cost-model scheduling edges",
+    "nki.isa.NkiInstruction.depends_on": "an edge changes only the cost model's schedule; a producer issued after "
+                                         "its consumer is an NKIError; the dynamic-loop nesting rule is not checked",
+    "nki.isa.dma_compute": "the scatter / gather read-modify-write through `vector_offset` is not simulated",
+    "nki.isa.activate2": "`relu_param` must be 0 (no parameterized activation function is simulated); "
+                         "`.indirect()` views are not implemented",
+    "nki.isa.engine.sync": "accepted as `dma_copy(engine=)` and not acted on (which engine generates descriptors)",
     "nki.isa.nc_stream_shuffle": "AWS's rules on the start partitions of `src` and `dst` are not checked",
     "nki.isa.bn_stats": "its 6-value layout is the simulator's own (AWS does not document it); only "
                         "`bn_aggr` reads it",

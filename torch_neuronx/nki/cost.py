@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from .targets import ENGINES, Target, get_target
 
 MIN_II = 64
+MIN_II_DYNAMIC = 600  # AWS: an instruction with a dynamic source or destination offset
 VECTOR_DEPENDENCY_CYCLES = 100
 _MERGE_AT = 64
 
@@ -54,6 +55,12 @@ def instruction_cycles(cost: tuple, target: Target) -> float:
         return max(MIN_II, 8 * cost[1])
     if kind == "gpsimd":
         return 150 + cost[1]
+    if kind == "dynamic":  # tensor_copy_dynamic_src/dst: AWS's max(MIN_II_DYNAMIC ~ 600, N)
+        return max(MIN_II_DYNAMIC, cost[1])
+    if kind == "local_gather":  # AWS: 150 + n_idx * n_elem / C, C = ((28 + t e) / (t e)) / min(4 / size, e), t = 4
+        _, indices, elems, size = cost
+        c = ((28 + 4 * elems) / (4 * elems)) / min(4 / size, elems)
+        return 150 + indices * elems / c
     raise ValueError(f"unknown cost kind {kind!r}")
 
 
@@ -127,6 +134,8 @@ def schedule(trace, target: Target) -> Schedule:
     latency = 0.0
     for ins in trace:
         ready = deps.ready(ins.reads, ins.writes)
+        for producer in getattr(ins, "after", ()):  # NkiInstruction.depends_on edges
+            ready = max(ready, ends[producer])
         if ins.engine == "dma":
             queue_free = heapq.heappop(queues)
             setup_done = max(queue_free, ready) + target.dma_setup_us

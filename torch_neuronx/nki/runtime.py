@@ -32,7 +32,7 @@ class Instr:
     """One executed instruction, as recorded for the cost model (see `as_dict`)."""
 
     __slots__ = ("index", "op", "engine", "location", "cost", "reads", "writes",
-                 "shapes", "dtypes", "buffers", "nbytes", "flops", "matmul_dtype")
+                 "shapes", "dtypes", "buffers", "nbytes", "flops", "matmul_dtype", "after")
 
     def as_dict(self) -> dict:
         return {"index": self.index, "op": self.op, "engine": self.engine, "location": self.location,
@@ -85,6 +85,8 @@ class Run:
         self.direct_allocs: dict = {}
         self.direct_ids: dict = {}
         self.direct_acc: dict = {}  # PSUM: the accumulation-group state of the physical memory
+        self.last_record = None  # the Instr this program recorded last (what nisa calls return)
+        self.rng_states: dict = {}  # the engines' random generator states per lane (isa/rng.py)
 
     def fork(self, program_id: tuple, core: int) -> "Run":
         """The Run of one program of this launch's grid."""
@@ -221,7 +223,9 @@ class Run:
         ins.nbytes = nbytes
         ins.flops = flops
         ins.matmul_dtype = matmul_dtype
+        ins.after = ()  # trace indices it must wait for besides its data (NkiInstruction.depends_on)
         self.trace.append(ins)
+        self.last_record = ins
         return ins
 
 

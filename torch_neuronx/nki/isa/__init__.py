@@ -26,7 +26,7 @@ from . import constants as _constants
 from .constants import dge_mode, dma_engine, matmul_perf_mode, oob_mode, reduce_cmd
 
 engine = types.SimpleNamespace(tensor="tensor", vector="vector", scalar="scalar", gpsimd="gpsimd",
-                               dma="dma", unknown=None)
+                               dma="dma", sync="sync", unknown=None)
 # The older dialect's spellings (`engine=nisa.vector_engine`).
 tensor_engine, vector_engine, scalar_engine, gpsimd_engine = "tensor", "vector", "scalar", "gpsimd"
 unknown_engine = None
@@ -308,18 +308,22 @@ def _record(op, eng, writes, reads, cost, **kw):
 
 
 # ---------------------------------------------------------------------------- data movement
-def dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, dge_mode=None, dma_engine=None, name=None):
+def dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, dge_mode=None, dma_engine=None, name=None, priority=None,
+             engine=None):
     """Copy `src` to `dst` with a DMA (HBM <-> SBUF, HBM -> HBM; never PSUM). With
     `dst_rmw_op=nl.add` the DMA adds into `dst`. A dtype difference is converted (the DMA casts).
     `oob_mode=nisa.oob_mode.skip`: elements whose address (an index read at run time from a tile)
-    falls outside `dst` or `src` are not copied; by default they are an error. `dge_mode` and
-    `dma_engine` (nisa.constants) are accepted and not acted on."""
+    falls outside `dst` or `src` are not copied; by default they are an error. `dge_mode`,
+    `dma_engine`, `priority` and `engine` (the engine generating a hardware DGE's descriptors:
+    `engine.sync` or `engine.scalar`) are accepted and not acted on."""
+    if engine is not None:
+        _engine(engine, None, ("sync", "scalar"), "nisa.dma_copy")
     if _constants.oob_mode.skip in (oob_mode, getattr(oob_mode, "value", None)) or oob_mode == "skip":
         keep = _in_bounds(dst, src)
         if keep is not None:
             outer = _active_mask()
             with masked(keep if outer is None else keep & _ix.fit_mask(outer, keep.shape, "mask", "dst")):
-                return dma_copy(dst, src, dst_rmw_op, None, dge_mode, dma_engine, name)
+                return dma_copy(dst, src, dst_rmw_op, None, dge_mode, dma_engine, name, priority, engine)
     instr = "nisa.dma_copy"
     dst = _tensor(dst, instr, "dst")
     src = _tensor(src, instr, "src")
@@ -1066,3 +1070,83 @@ from .mx import nc_matmul_mx, quantize_mx  # noqa: E402,F401 - NeuronCore-v4 MX 
 from .small import dma_transpose, get_nc_version, max8, nc_find_index8, nc_match_replace8, nc_n_gather, nc_stream_shuffle, nc_version, nonzero_with_count  # noqa: E402,F401 - isa/small.py
 from .lnc import core_barrier, sendrecv  # noqa: E402,F401 - cross-core instructions of LNC 2 (isa/lnc.py)
 from .registers import VirtualRegister, register_alloc, register_load, register_move, register_store  # noqa: E402,F401 - isa/registers.py
+from .extra import (activate2, dma_compute, exponential, local_gather, range_select, select_reduce,  # noqa: E402,F401
+                    sequence_bounds, tensor_copy_dynamic_dst, tensor_copy_dynamic_src, tensor_copy_predicated,
+                    tensor_partition_reduce)
+from .rng import rand2, rand_get_state, rand_set_state, rng, set_rng_seed  # noqa: E402,F401 - isa/rng.py
+
+# The previous reference's value-returning forms (`res = nisa.local_gather(src, index)`).
+from . import extra as _extra  # noqa: E402
+for _name in ("tensor_partition_reduce", "local_gather", "sequence_bounds", "range_select"):
+    globals()[_name] = _value_forms.both_forms(globals()[_name], getattr(_extra, _name + "_value"), f"nisa.{_name}")
+
+# The older dialect's mask= for the instructions its reference documents with one.
+tensor_copy_predicated = accepts_mask(tensor_copy_predicated, "nisa.tensor_copy_predicated")
+tensor_copy_dynamic_src = accepts_mask(tensor_copy_dynamic_src, "nisa.tensor_copy_dynamic_src")
+tensor_copy_dynamic_dst = accepts_mask(tensor_copy_dynamic_dst, "nisa.tensor_copy_dynamic_dst")
+
+
+# ---------------------------------------------------------------------------- instruction handles
+class NkiInstruction:
+    """AWS's handle to an issued instruction, what a destination-form `nki.isa` call returns.
+    `consumer.depends_on(*producers)` adds scheduling edges: the consumer starts after every
+    producer has finished (AWS: a hardware semaphore wait). The simulator executes instructions in
+    program order, so an edge changes only the cost model's schedule; a producer issued after its
+    consumer cannot be honoured and is an NKIError. An instruction the mask left unissued has no
+    record, and its edges are dropped."""
+
+    __slots__ = ("_record", "_trace")
+
+    def __init__(self, handle, trace=None):
+        self._record = handle
+        self._trace = trace
+
+    def depends_on(self, *producers: "NkiInstruction") -> "NkiInstruction":
+        instr = "NkiInstruction.depends_on"
+        for producer in producers:
+            if not isinstance(producer, NkiInstruction):
+                raise NKIError(instr, f"a producer must be an NkiInstruction (what an nki.isa call returns), got "
+                               f"{type(producer).__name__}", "pass the value an nki.isa call returned")
+        me = self._record
+        for producer in producers:
+            other = producer._record
+            if me is None or other is None:
+                continue
+            if producer._trace is not self._trace:
+                raise NKIError(instr, "the producer was issued by another kernel launch")
+            if other.index >= me.index:
+                what = "itself" if other is me else f"an instruction issued after it ({other.op})"
+                raise NKIError(instr, f"{me.op} cannot wait for {what}: the simulator runs instructions in program "
+                               "order, so a producer must be issued before its consumer",
+                               "issue the producer first, then call consumer.depends_on(producer)")
+            if other.index not in me.after:
+                me.after = me.after + (other.index,)
+        return self
+
+    def __repr__(self):
+        return f"NkiInstruction({self._record!r})"
+
+
+def _returns_instruction(fn):
+    """Make a destination-form instruction return its NkiInstruction (value forms keep their tile)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        run = active()
+        if run is None:
+            return fn(*args, **kwargs)
+        run.last_record = None
+        result = fn(*args, **kwargs)
+        if result is None:
+            return NkiInstruction(run.last_record, run.trace)
+        return result
+
+    return wrapper
+
+
+for _name in (*_MASKED, "nc_matmul_mx", "quantize_mx", "dma_transpose", "max8", "nc_find_index8",
+              "nc_match_replace8", "nc_n_gather", "nc_stream_shuffle", "nonzero_with_count", "core_barrier",
+              "sendrecv", "activate2", "dma_compute", "exponential", "local_gather", "range_select",
+              "select_reduce", "sequence_bounds", "tensor_copy_predicated", "tensor_partition_reduce", "rng",
+              "rand2", "rand_set_state", "rand_get_state", "set_rng_seed"):
+    globals()[_name] = _returns_instruction(globals()[_name])
+del _name

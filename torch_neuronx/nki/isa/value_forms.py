@@ -30,7 +30,8 @@ from ..runtime import ParDim, current
 from ..tensor import NkiTensor, psum, sbuf
 
 # Parameters of the destination forms that are tensors (what tells the forms apart when both bind).
-_TENSOR_ROLES = frozenset({"dst", "src", "data", "data0", "data1", "data2", "stationary", "moving", "on_true_tile"})
+_TENSOR_ROLES = frozenset({"dst", "src", "data", "data0", "data1", "data2", "stationary", "moving", "on_true_tile",
+                           "src_buffer", "index", "segment_ids"})
 
 
 def is_destination_form(signature: inspect.Signature, args, kwargs) -> bool:

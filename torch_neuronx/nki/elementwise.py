@@ -115,6 +115,13 @@ class Op:
         return f"nl.{self.name}"
 
 
+def _mod(fn):
+    def mod(x, y):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return fn(x, y)
+    return mod
+
+
 def _exp(x):
     with np.errstate(over="ignore"):
         return np.exp(x)
@@ -143,6 +150,8 @@ BINARY = {op.name: op for op in (
     Op("logical_and", _logical(np.logical_and), 2, np.logical_and),
     Op("logical_or", _logical(np.logical_or), 2, np.logical_or),
     Op("logical_xor", _logical(np.logical_xor), 2),
+    # AWS: nl.mod "has the same sign as the divisor" (numpy.mod), nl.fmod "the same sign as the dividend"
+    Op("mod", _mod(np.mod), 2), Op("fmod", _mod(np.fmod), 2),
 )}
 
 # Ops VectorE runs at one element per cycle on all-bfloat16 operands (docs/hardware-figures.md#neuroncore-and-nki-figures).

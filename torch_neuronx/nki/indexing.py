@@ -340,7 +340,10 @@ def _index_exprs(tensor, index):
     items += [slice(None)] * (len(shape) - len(items))
     last = max(i for i, item in enumerate(items) if isinstance(item, IndexExpr))
     ndim = max(item.ndim for item in items if isinstance(item, IndexExpr))
-    trailing = len(items) - 1 - last
+    # Trailing full slices add iteration axes; an int after the last expression does not (NumPy:
+    # `t[i_p, 0]` with i_p = nl.arange(128)[:, None] is [128, 1], as AWS's kernels broadcast it).
+    after = [axis for axis in range(last + 1, len(items)) if isinstance(items[axis], slice)]
+    trailing = len(after)
     exprs = []
     for axis, item in enumerate(items):
         if isinstance(item, IndexExpr):
@@ -357,7 +360,7 @@ def _index_exprs(tensor, index):
             exprs.append(IndexExpr(int(np.asarray(item.data).reshape(-1)[0]), (), ()))
         elif isinstance(item, slice) and axis > last:
             start, stop, step = item.indices(shape[axis])
-            k = ndim + axis - last - 1
+            k = ndim + after.index(axis)
             coef, sizes = [0] * (ndim + trailing), [1] * (ndim + trailing)
             coef[k], sizes[k] = step, len(range(start, stop, step))
             exprs.append(IndexExpr(start, coef, sizes))

@@ -298,8 +298,19 @@ def load_transpose2d(src, dtype=None, name=None) -> NkiTensor:
 
 
 def store(dst, value) -> None:
-    """Copy an SBUF tile into an HBM view (one DMA). PSUM must be copied to SBUF first."""
-    _isa.dma_copy(dst, value)
+    """Copy an SBUF tile into an HBM view (one DMA). A PSUM tile is first copied to SBUF
+    (nisa.tensor_copy), as AWS documents for nl.store ("If the tile is in PSUM, an extra copy will
+    be performed to move the tile to SBUF first"); nisa.dma_copy itself never reads PSUM."""
+    _isa.dma_copy(dst, _from_psum(value, "nl.store"))
+
+
+def _from_psum(x, instruction):
+    """x, or for a PSUM tile a copy of it in SBUF: the extra copy AWS's nl-level helpers insert."""
+    if isinstance(x, NkiTensor) and x.buffer.kind == "psum":
+        out = _new(x.shape, x.dtype, sbuf, None, instruction)
+        _isa.tensor_copy(out, x)
+        return out
+    return x
 
 
 def _copy_tile(x, dtype=None, name=None) -> NkiTensor:
@@ -356,6 +367,9 @@ def accumulate(dst, value):
     Tensor Engine (`psum[...] += nisa.nc_matmul(...)`); anything else is dst + value written to dst."""
     trace = current("tensor accumulation").trace
     last = trace[-1] if trace else None
+    if (isinstance(value, NkiTensor) and value.data is value.alloc.storage and value.alloc.valid is not None
+            and not value.alloc.valid.any()):
+        return dst  # the value's instruction was masked out entirely (mask=False): nothing to add
     if (isinstance(value, NkiTensor) and dst.buffer.kind == "psum" and value.buffer.kind == "psum"
             and last is not None and last.op == "nisa.nc_matmul" and value.data is value.alloc.storage
             and any(w == value.alloc.id for w, _ in last.writes)):
@@ -370,12 +384,28 @@ def accumulate(dst, value):
     return dst
 
 
+def where(condition, x, y, dtype=None, name=None) -> NkiTensor:
+    """AWS's nl.where: a new SBUF tile with x's elements where condition is true (nonzero), y's
+    elsewhere (numpy.where). x and y are tiles or numbers; a tile of another shape than condition
+    is broadcast to it (on chip, the first axis stays the partition axis). dtype: the argument,
+    else the inputs' (x's and y's tiles; a float if both are numbers)."""
+    instr = "nl.where"
+    cond = _isa._tensor(condition, instr, "condition")
+    tiles = [t for t in (x, y) if isinstance(t, NkiTensor)]
+    out = _new(cond.shape, dtype or (_result_dtype(*tiles) if tiles else float32), sbuf, name, instr)
+
+    def fit(t):
+        return t.broadcast_to(cond.shape) if isinstance(t, NkiTensor) and t.shape != cond.shape else t
+    _isa.select(out, cond, fit(x), fit(y), instr)
+    return out
+
+
 # ---------------------------------------------------------------------------- Tensor Engine helpers
 def matmul(x, y, transpose_x=False) -> NkiTensor:
     """x @ y into a new PSUM float32 tile. With transpose_x=True, x is already [K, M] (contraction on
     partitions, the hardware layout); otherwise x is [M, K] and is transposed on the Tensor Engine first."""
-    x = _isa._tensor(x, "nl.matmul", "x")
-    y = _isa._tensor(y, "nl.matmul", "y")
+    x = _from_psum(_isa._tensor(x, "nl.matmul", "x"), "nl.matmul")
+    y = _from_psum(_isa._tensor(y, "nl.matmul", "y"), "nl.matmul")
     if not transpose_x:
         xt = transpose(x)
         x = _copy_tile(xt)
@@ -386,7 +416,7 @@ def matmul(x, y, transpose_x=False) -> NkiTensor:
 
 def transpose(x, dtype=None) -> NkiTensor:
     """x[P, F].T into a new PSUM tile (Tensor Engine)."""
-    x = _isa._tensor(x, "nl.transpose", "x")
+    x = _from_psum(_isa._tensor(x, "nl.transpose", "x"), "nl.transpose")
     out = _new((x.free_size, x.partitions), dtype or x.dtype, psum, None, "nl.transpose")
     _isa.nc_transpose(out, x.reshape(x.partitions, x.free_size))
     return out
@@ -464,8 +494,15 @@ def _tensor_tensor(token, x, y, dtype, name, instr):
             out = _new(data.shape, dtype or _result_dtype(x, y), sbuf, name, instr)
             _isa.tensor_scalar(out, data, token, vec, reverse0=reverse)
             return out
+    # On chip the first axis is the partition axis whatever the rank: a tile with fewer axes is
+    # aligned on it (trailing 1s added, as broadcast_to does), so a reduction's [P] result meets
+    # a [P, 1] tile as [P, 1], not as NumPy's trailing-axis [P, P].
+    xs, ys = x.shape, y.shape
+    if x.buffer.on_chip and y.buffer.on_chip and len(xs) != len(ys):
+        rank = builtins.max(len(xs), len(ys))
+        xs, ys = xs + (1,) * (rank - len(xs)), ys + (1,) * (rank - len(ys))
     try:
-        shape = np.broadcast_shapes(x.shape, y.shape)
+        shape = np.broadcast_shapes(xs, ys)
     except ValueError:
         raise NKIError(instr, f"shapes {x.shape} and {y.shape} do not broadcast") from None
     out = _new(shape, dtype or _result_dtype(x, y), sbuf, name, instr)
@@ -511,6 +548,7 @@ matmul = _masks(matmul, "nl.matmul")
 transpose = _masks(transpose, "nl.transpose")
 random_seed = _masks(random_seed, "nl.random_seed")
 dropout = _masks(dropout, "nl.dropout")
+where = _masks(where, "nl.where")
 del _token
 
 __all__ = [

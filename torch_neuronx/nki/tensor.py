@@ -240,7 +240,14 @@ class NkiTensor:
             raise NKIError(what, f"a tensor of shape {self.shape} still has {self.lead} block dimension(s) "
                            "before its partition dimension", "index the blocks first: t[b] is one tile")
 
-    def reshape(self, *shape) -> "NkiTensor":
+    def reshape(self, *shape, **kwargs) -> "NkiTensor":
+        """A view of another shape (no copy). The shape is given as arguments, one tuple, or
+        `shape=` (as AWS's older reference kernels call it: `t.reshape(shape=(n, h, w))`)."""
+        if kwargs:
+            if shape or set(kwargs) != {"shape"}:
+                raise NKIError("reshape", f"reshape takes the shape as arguments or as shape=, got "
+                               f"{shape!r} and {sorted(kwargs)}", "call t.reshape((a, b)) or t.reshape(shape=(a, b))")
+            shape = (kwargs["shape"],)
         self._no_blocks("reshape")
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])

@@ -104,8 +104,16 @@ def accepts_mask(fn, instruction):
     def wrapper(*args, mask=None, **kwargs):
         if mask is None:
             return fn(*args, **kwargs)
-        with masked(_ix.mask_array(mask, instruction)):
-            return fn(*args, **kwargs)
+        array = _ix.mask_array(mask, instruction)
+        with masked(array):
+            result = fn(*args, **kwargs)
+        if (array is not None and not array.any() and isinstance(result, NkiTensor)
+                and result.data is result.alloc.storage and not result.alloc.written):
+            # A value-returning call whose mask excludes everything was not issued: its result holds
+            # no element, so `t[...] = result` and `t[...] += result` write nothing (the compiler
+            # drops the instruction, the assignment's destination with it).
+            result.alloc.valid = np.zeros(result.alloc.storage.shape, dtype=bool)
+        return result
 
     return wrapper
 
@@ -935,6 +943,30 @@ def select_where(dst, on_true_tile, on_false_value, keep):
     where = np.asarray(keep(dst)).reshape(dst.partitions, -1)
     _write(dst, np.where(where, _f32_2d(src), np.float32(on_false_value)))
     _record(instr, "gpsimd", [dst], [src], ("gpsimd", dst.free_size))
+
+
+def select(dst, condition, on_true, on_false, instr="nl.where"):
+    """dst = on_true where condition is nonzero, else on_false, element-wise (Vector Engine;
+    nl.where's data path). on_true / on_false are tiles of dst's layout or numbers."""
+    dst, cond = _tensor(dst, instr, "dst"), _tensor(condition, instr, "condition")
+    operands = [("x", on_true), ("y", on_false)]
+    tiles = [(role, t) for role, t in operands if isinstance(t, NkiTensor)]
+    _access(instr, "vector", reads=[("condition", cond), *tiles], writes=[("dst", dst)])
+    if sum(t.buffer.kind == "psum" for t in [cond, *(t for _, t in tiles)]) > 1:
+        raise NKIError(instr, "more than one input is in nl.psum; the Vector Engine reads at most one input "
+                       "from PSUM", "copy the others to SBUF first (nisa.tensor_copy)")
+    _same_layout(instr, dst, cond, "condition")
+    values = []
+    for role, t in operands:
+        if isinstance(t, NkiTensor):
+            _same_layout(instr, dst, t, role)
+            values.append(_f32_2d(t))
+        elif isinstance(t, (int, float, np.number, bool)):
+            values.append(np.float32(t))
+        else:
+            raise NKIError(instr, f"{role} must be a tile or a number, got {type(t).__name__}")
+    _write(dst, np.where(_f32_2d(cond) != 0, values[0], values[1]))
+    _record(instr, "vector", [dst], [cond, *(t for _, t in tiles)], ("tensor_tensor", dst.free_size, False))
 
 
 # ---------------------------------------------------------------------------- statistics

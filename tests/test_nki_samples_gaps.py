@@ -330,3 +330,38 @@ def test_kernel_writing_a_jax_argument_is_refused():
     with pytest.raises(nki.NKIError, match="JAX arrays are immutable"):
         kernel(jnp.ones((128, 8), jnp.float32))
     del jax
+
+
+# ---------------------------------------------------------------------------- nl.loop_reduce
+@pytest.mark.parametrize("op,ref", [(np.add, np.add), (nl.maximum, np.maximum)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_loop_reduce_reduces_into_the_assigned_tile(op, ref, dtype):
+    """AWS: "the destination tile is also the rhs input to op": t[...] = loop_reduce(x) is t = t op x."""
+    steps = 3
+
+    @nki.jit
+    def kernel(a):
+        out = nl.ndarray((128, 64), a.dtype, buffer=nl.shared_hbm)
+        acc = nl.zeros((nl.par_dim(128), 64), dtype=a.dtype, buffer=nl.sbuf)
+        for k in nl.affine_range(steps):
+            x = nl.load(a[k])
+            acc[...] = nl.loop_reduce(x, op=op, loop_indices=[k], dtype=a.dtype)
+        nl.store(out, acc)
+        return out
+
+    a = np.random.default_rng(6).standard_normal((steps, 128, 64)).astype(dtype)
+    expect = functools.reduce(ref, [a[k].astype(np.float32) for k in range(steps)], np.zeros((128, 64), np.float32))
+    np.testing.assert_allclose(kernel(a).astype(np.float32), expect, rtol=2e-3, atol=2e-3)
+    ops = [i.op for i in kernel.last_trace]
+    assert ops.count("nisa.tensor_tensor") == steps
+
+
+def test_loop_reduce_unassigned_holds_nothing():
+    @nki.jit
+    def kernel(a):
+        out = nl.ndarray((128, 8), nl.float32, buffer=nl.shared_hbm)
+        r = nl.loop_reduce(nl.load(a), op=np.add, loop_indices=[0])
+        nl.store(out, r)
+        return out
+
+    assert np.isnan(kernel(np.ones((128, 8), np.float32))).all()

@@ -137,7 +137,7 @@ MANIFEST: list[Entry] = [
     Entry("contributed/interpolate_bilinear_fwd", HEAD, "call", "contributed", call="contributed_check"),
     Entry("contributed/interpolate_trilinear_fwd", HEAD, "call", "contributed", call="contributed_check",
           torch_xla=True),
-    Entry("contributed/matmul", HEAD, "call", "contributed", call="contributed_check"),
+    Entry("contributed/matmul", HEAD, "call", "contributed", call="contributed_check", timeout=1500),
     Entry("contributed/maxpooling", HEAD, "call", "contributed", call="contributed_check"),
     # its own module-level driver (seqlen 16K, bfloat16, against its cpu_attention_forward)
     Entry("contributed/pipelined_attention", HEAD, "driver", "contributed", [("pipelined_attention.py", [])]),

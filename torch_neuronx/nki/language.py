@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import math
 import types
+import weakref
 
 import ml_dtypes
 import numpy as np
@@ -335,6 +336,11 @@ def assign(dst, value) -> None:
     if isinstance(value, NkiTensor):
         if dst.same_view(value):
             return  # `t[i] += x` already wrote t[i]
+        pending = _LOOP_REDUCE.pop(value.alloc, None)
+        if pending is not None:  # `t[...] = nl.loop_reduce(x, op, ...)`: t = t <op> x
+            token, x = pending
+            _isa.tensor_tensor(dst, dst, x.reshape(dst.shape) if x.shape != dst.shape else x, token)
+            return
         valid = value.alloc.valid if value.data is value.alloc.storage else None
         where = None if valid is None else np.broadcast_to(valid.reshape(dst.shape), dst.shape)
         if not _retarget(dst, value, where):
@@ -382,6 +388,23 @@ def accumulate(dst, value):
         return dst
     assign(dst, _ops.BINARY["add"](dst, value))
     return dst
+
+
+_LOOP_REDUCE = weakref.WeakKeyDictionary()  # loop_reduce results not yet assigned: alloc -> (op, x)
+
+
+def loop_reduce(x, op, loop_indices, dtype=None, name=None) -> NkiTensor:
+    """AWS's nl.loop_reduce: "the destination tile is also the rhs input to op", so
+    `t[...] = nl.loop_reduce(x, op=np.add, loop_indices=[k])` is `t = t <op> x` (one Vector Engine
+    tensor_tensor, written when the result is assigned; `loop_indices` only guides the compiler's loop
+    optimizations and is not used here). The returned tile holds nothing until it is assigned."""
+    instr = "nl.loop_reduce"
+    x = _isa._tensor(x, instr, "x")
+    token = _ops.resolve(op, instr, 2)
+    out = _new(x.shape, dtype or x.dtype, sbuf, name, instr)
+    out.alloc.valid = np.zeros(out.alloc.storage.shape, dtype=bool)
+    _LOOP_REDUCE[out.alloc] = (token, x)
+    return out
 
 
 def where(condition, x, y, dtype=None, name=None) -> NkiTensor:
@@ -549,6 +572,7 @@ transpose = _masks(transpose, "nl.transpose")
 random_seed = _masks(random_seed, "nl.random_seed")
 dropout = _masks(dropout, "nl.dropout")
 where = _masks(where, "nl.where")
+loop_reduce = _masks(loop_reduce, "nl.loop_reduce")
 del _token
 
 __all__ = [

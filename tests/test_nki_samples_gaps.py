@@ -365,3 +365,42 @@ def test_loop_reduce_unassigned_holds_nothing():
         return out
 
     assert np.isnan(kernel(np.ones((128, 8), np.float32))).all()
+
+
+# ---------------------------------------------------------------------------- FP8 double-row matmul
+@pytest.mark.parametrize("mode", [nisa.matmul_perf_mode.double_row, "double_row_gen3"])
+@pytest.mark.parametrize("m,n", [(128, 512), (64, 256)])
+def test_double_row_matmul_contracts_both_rows(mode, m, n):
+    """perf_mode double_row with stationary [K, 2, M] and moving [K, 2, N] (AWS's double_row_matmul
+    reference kernel's layout): dst = sum over r of st[:, r].T @ mv[:, r], a contraction over 2K rows."""
+    @nki.jit
+    def kernel(a, b):
+        out = nl.ndarray((m, n), nl.float32, buffer=nl.shared_hbm)
+        st, mv = nl.load(a), nl.load(b)
+        res = nl.ndarray((m, n), nl.float32, buffer=nl.psum)
+        res[...] = nisa.nc_matmul(st, mv, perf_mode=mode)          # value form
+        t = nl.ndarray((m, n), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(t, res)
+        nl.store(out, t)
+        dst = nl.ndarray((m, n), nl.float32, buffer=nl.psum)       # destination form
+        nisa.nc_matmul(dst, st, mv, perf_mode=mode)
+        return out
+
+    rng = np.random.default_rng(7)
+    fp8 = nl.float8_e4m3
+    a = nl.static_cast(rng.uniform(-4, 4, (128, 2, m)), fp8)
+    b = nl.static_cast(rng.uniform(-4, 4, (128, 2, n)), fp8)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    expect = a64[:, 0].T @ b64[:, 0] + a64[:, 1].T @ b64[:, 1]
+    np.testing.assert_allclose(kernel(a, b), expect, rtol=1e-5, atol=1e-3)
+    assert kernel.last_trace[-1].flops == 2 * 2 * 128 * m * n
+
+
+def test_double_row_matmul_needs_fp8():
+    @nki.jit
+    def kernel(a):
+        st = nl.load(a)
+        nisa.nc_matmul(st, st, perf_mode=nisa.matmul_perf_mode.double_row)
+
+    with pytest.raises(nki.NKIError, match="packs two FP8 rows"):
+        kernel(np.ones((128, 2, 64), dtype=nl.bfloat16))

@@ -86,6 +86,9 @@ MANIFEST: list[Entry] = [
     _unit("test_allocated_SD_attention_small_head.py",
           "allocated_attention.allocated_fused_self_attn_for_SD_small_head_size"),
     _unit("test_double_row_matmul.py", "double_row_matmul.quantized_double_row_matmul"),
+    # the same test's recipe, run here at a smaller K (its test returns at once off a trn2 instance; see NOT_COUNTED)
+    Entry("unit-recipe/double_row_matmul.quantized_double_row_matmul", UNIT_COMMIT, "call", "test/unit",
+          call="double_row_matmul"),
     _unit("test_flash_attn_bwd.py", "attention.flash_attn_bwd"),
     _unit("test_flash_attn_fwd.py", "attention.flash_fwd"),
     _unit("test_resize_nearest.py", "vision.resize_nearest_fixed_dma_kernel"),
@@ -142,6 +145,16 @@ MANIFEST: list[Entry] = [
     # its own module-level driver (seqlen 16K, bfloat16, against its cpu_attention_forward)
     Entry("contributed/pipelined_attention", HEAD, "driver", "contributed", [("pipelined_attention.py", [])]),
 ]
+
+
+# Entries left out of the yardstick, with the reason (they are still run and listed).
+NOT_COUNTED = {
+    "unit/double_row_matmul.quantized_double_row_matmul":
+        "its test reads /sys/devices/virtual/dmi/id/product_name and returns before running the kernel unless "
+        "the instance is a trn2 (so on AWS's CI it passes without running it); the file is absent in this "
+        "container and its fallback calls `warnings` without importing it (NameError). The kernel is counted "
+        "through unit-recipe/double_row_matmul instead",
+}
 
 
 # ----------------------------------------------------------------------------- export
@@ -364,6 +377,29 @@ def call_attention_tutorial(entry: Entry) -> list:
     return cases
 
 
+def call_double_row_matmul(entry: Entry) -> list:
+    """test_double_row_matmul.py's own recipe (its reshape, column_wise_quantize, casts, simulate_kernel
+    and its check, rtol 2e-2 against the float64 matmul) at K 2048 instead of 16384."""
+    import numpy as np
+    mod = runpy.run_path("test_double_row_matmul.py", run_name="test_double_row_matmul")
+    nl = mod["nl"]
+    cases = []
+    for m, k, n, tiles in ((256, 2048, 1024, (2, 2, 16)), (512, 4096, 1024, (4, 1, 32))):
+        def check(m=m, k=k, n=n, tiles=tiles):
+            rng = np.random.default_rng(k)
+            lhs, rhs = rng.random((m, k)), rng.random((k, n))
+            golden = lhs @ rhs
+            scale, quantized = mod["column_wise_quantize"](rhs)
+            lhs_c = nl.static_cast(lhs, nl.bfloat16)
+            scale_c = nl.static_cast(scale, nl.bfloat16)
+            rhs_c = nl.static_cast(mod["reshape"](quantized), nl.float8_e4m3)
+            got = mod["simulate_kernel"](mod["baremetal"](mod["quantized_double_row_matmul"]), lhs_c, rhs_c, scale_c,
+                                         *tiles)
+            assert np.allclose(golden, got.astype(np.float32), rtol=2e-2)
+        _case(cases, f"M={m} K={k} N={n} tiles={tiles}", check)
+    return cases
+
+
 def call_layernorm(entry: Entry) -> list:
     """layernorm_torch.py imports the kernels from neuronxcc's own docs package, so it
     cannot run here; the kernels of layernorm_nki_kernel.py against a NumPy layernorm
@@ -448,11 +484,16 @@ def report(out: Path) -> None:
             cases = json.loads(f.read_text()) if f.exists() else None
         if cases is None:
             continue
+        if entry.kernel in NOT_COUNTED:
+            cases = [(c[0], "not-counted", c[2]) for c in cases]
         all_cases += [(entry.kernel, *c) for c in cases]
         failed = [c for c in cases if c[1] in ("failure", "error")]
         ran = [c for c in cases if c[1] in ("passed", "failure", "error")]
         status = "not-run" if not ran else ("failed" if failed else "passed")
         reason = failed[0][2] if failed else (cases[0][2] if status == "not-run" and cases else "")
+        if entry.kernel in NOT_COUNTED:
+            status, reason = "not-counted", NOT_COUNTED[entry.kernel]
+            cases = [(c[0], "not-counted", c[2]) for c in cases]
         rows.append((entry.kernel, status, f"{len(ran) - len(failed)}/{len(ran)}", reason))
     with open(out / "summary.tsv", "w") as f:
         f.write("kernel\tstatus\tcases passed\tfirst failure reason\n")
@@ -465,7 +506,7 @@ def report(out: Path) -> None:
     width = max((len(r[0]) for r in rows), default=10)
     for kernel, status, frac, reason in rows:
         print(f"{kernel:{width}}  {status:8} {frac:>7}  {reason[:110]}")
-    ran = [r for r in rows if r[1] != "not-run"]
+    ran = [r for r in rows if r[1] in ("passed", "failed")]
     passed = sum(r[1] == "passed" for r in rows)
     cases_ran = [c for c in all_cases if c[2] in ("passed", "failure", "error")]
     cases_ok = sum(c[2] == "passed" for c in cases_ran)

@@ -179,16 +179,19 @@ def _new(shape, dtype, buffer, name, instruction) -> NkiTensor:
     return current(instruction).allocate(shape, dtype, buffer, name, instruction=instruction)
 
 
-def zeros(shape, dtype, buffer=sbuf, name=None) -> NkiTensor:
+def zeros(shape, dtype, buffer=sbuf, name=None, lazy_initialization=False) -> NkiTensor:
     return full(shape, 0, dtype, buffer, name)
 
 
-def ones(shape, dtype, buffer=sbuf, name=None) -> NkiTensor:
+def ones(shape, dtype, buffer=sbuf, name=None, lazy_initialization=False) -> NkiTensor:
     return full(shape, 1, dtype, buffer, name)
 
 
-def full(shape, fill_value, dtype, buffer=sbuf, name=None) -> NkiTensor:
-    """A tensor filled with `fill_value`; on chip this is an nisa.memset (costed), in HBM free."""
+def full(shape, fill_value, dtype, buffer=sbuf, name=None, lazy_initialization=False) -> NkiTensor:
+    """A tensor filled with `fill_value`; on chip this is an nisa.memset (costed), in HBM free.
+    `lazy_initialization` (AWS's older reference kernels pass it, e.g. True for a PSUM accumulator
+    whose first matmul starts the group) is accepted; the tile is filled either way, which gives
+    the same values."""
     run = current("nl.full")
     t = run.allocate(shape, dtype, buffer, name, instruction="nl.full")
     if _allocation.is_direct(run, t):  # blocks placed by the kernel: fill each, never the whole memory

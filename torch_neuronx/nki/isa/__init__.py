@@ -346,6 +346,8 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     st = _tensor(stationary, instr, "stationary")
     mv = _tensor(moving, instr, "moving")
     _access(instr, "tensor", reads=[("stationary", st), ("moving", mv)], writes=[("dst", dst)])
+    if is_double_row(perf_mode, st, mv):
+        return _double_row_matmul(instr, dst, st, mv, accumulate)
     k, m, n = st.partitions, st.free_size, mv.free_size
     if st.partitions != mv.partitions:
         raise NKIError(instr, f"stationary {st.shape} and moving {mv.shape} must have the same partition "
@@ -377,6 +379,44 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     dtype_name = _dt.name(mv.dtype if _dt.is_fp8(mv.dtype) and _dt.is_fp8(st.dtype) else
                           (st.dtype if fp32_in[0] else _dt.bfloat16))
     _record(instr, "tensor", [dst], [st, mv], ("matmul", m, n, dtype_name), flops=2 * k * m * n,
+            matmul_dtype=dtype_name)
+
+
+def is_double_row(perf_mode, st, mv) -> bool:
+    """The FP8 double-row form: perf_mode double_row (the older API spells it 'double_row_gen3')
+    with stationary [K, 2, M] and moving [K, 2, N], the two rows of a PE side by side."""
+    name = getattr(perf_mode, "name", perf_mode)
+    return (isinstance(name, str) and name.startswith("double_row") and st.ndim == 3 and mv.ndim == 3
+            and st.shape[1] == 2 and mv.shape[1] == 2)
+
+
+def _double_row_matmul(instr, dst, st, mv, accumulate):
+    """dst[M, N] = sum over r of stationary[:, r, :].T @ moving[:, r, :]: a contraction over 2K rows
+    (each PE holds two FP8 rows), as AWS's double_row_matmul reference kernel lays them out."""
+    k, m, n = st.partitions, st.shape[2], mv.shape[2]
+    if st.partitions != mv.partitions:
+        raise NKIError(instr, f"stationary {st.shape} and moving {mv.shape} must have the same partition size")
+    for role, t in (("stationary", st), ("moving", mv)):
+        if not _dt.is_fp8(t.dtype):
+            raise NKIError(instr, f"{role} dtype {_dt.name(t.dtype)}: the double_row performance mode packs two "
+                           "FP8 rows per processing element", "cast both operands to an FP8 type, or drop perf_mode")
+    if m > STATIONARY_FMAX or n > MOVING_FMAX:
+        raise NKIError(instr, f"double_row operands [K, 2, {m}] and [K, 2, {n}]: M must be <= {STATIONARY_FMAX} "
+                       f"and N <= {MOVING_FMAX}")
+    if dst.partitions != m or dst.free_size != n:
+        raise NKIError(instr, f"dst shape {dst.shape} must be [M, N] = [{m}, {n}] for double_row operands "
+                       f"{st.shape} and {mv.shape}")
+    if dst.dtype != _dt.float32:
+        raise NKIError(instr, f"dst dtype {_dt.name(dst.dtype)}: matmul results are float32 in PSUM",
+                       "allocate the PSUM tile with dtype=nl.float32")
+    _check_psum_bank(instr, dst)
+    a = _f32(st).astype(np.float32).reshape(k * 2, m) if st.data.flags.c_contiguous else \
+        np.ascontiguousarray(_f32(st)).reshape(k * 2, m)
+    b = np.ascontiguousarray(_f32(mv)).reshape(k * 2, n)
+    _matmul_write(dst, a.T @ b, accumulate, None)
+    dtype_name = _dt.name(mv.dtype)
+    # Twice the rows in one pass: the cycles of one FP8 matmul of [K, M] x [K, N], the FLOPs of 2K.
+    _record(instr, "tensor", [dst], [st, mv], ("matmul", m, n, dtype_name), flops=2 * 2 * k * m * n,
             matmul_dtype=dtype_name)
 
 

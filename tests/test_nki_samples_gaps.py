@@ -404,3 +404,73 @@ def test_double_row_matmul_needs_fp8():
 
     with pytest.raises(nki.NKIError, match="packs two FP8 rows"):
         kernel(np.ones((128, 2, 64), dtype=nl.bfloat16))
+
+
+# ---------------------------------------------------------------------------- HBM slices past the end
+@pytest.mark.parametrize("rows", [288, 200])
+def test_hbm_slice_past_end_under_mask(rows):
+    """in[256:384] of `rows` rows, loaded under mask=(i_p < rows) (AWS's adaptive pooling kernel)."""
+    tiles = (rows + 127) // 128
+
+    @nki.jit
+    def kernel(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        for t in range(tiles):
+            i_p = nl.arange(128)[:, None] + t * 128
+            buf = nl.full((128, 16), -1.0, a.dtype)
+            nisa.dma_copy(src=a[t * 128:(t + 1) * 128, 0:16], dst=buf, mask=(i_p < rows))
+            nl.store(out[t * 128:(t + 1) * 128, 0:16], buf, mask=(i_p < rows))
+        return out
+
+    a = np.arange(rows * 16, dtype=np.float32).reshape(rows, 16)
+    np.testing.assert_array_equal(kernel(a), a)
+
+
+def test_hbm_slice_past_end_without_mask_is_refused():
+    @nki.jit
+    def kernel(a):
+        nl.load(a[256:384, :])
+
+    with pytest.raises(nki.NKIError, match="out of bounds"):
+        kernel(np.zeros((288, 8), np.float32))
+
+
+# ---------------------------------------------------------------------------- gathers by a tile of indices
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_gather_rows_by_index_tile(dtype):
+    """`src[b, idx_tile, i_f]` with idx_tile an int32 [128, 1] tile: partition p reads row idx[p]."""
+    @nki.jit
+    def kernel(src, idx):
+        out = nl.ndarray((2, 128, 64), src.dtype, buffer=nl.shared_hbm)
+        i_f = nl.arange(64)[None, :]
+        rows = nl.load(idx)
+        for b in range(2):
+            nl.store(out[b], nl.load(src[b, rows, i_f]))
+        return out
+
+    rng = np.random.default_rng(8)
+    src = rng.standard_normal((2, 300, 64)).astype(dtype)
+    idx = rng.integers(0, 300, (128, 1)).astype(np.int32)
+    got = kernel(src, idx)
+    np.testing.assert_array_equal(got, src[:, idx[:, 0], :])
+
+
+def test_gather_index_out_of_bounds_needs_mask():
+    @nki.jit
+    def kernel(src, idx, n):
+        out = nl.ndarray((128, 8), src.dtype, buffer=nl.shared_hbm)
+        i_p = nl.arange(128)[:, None]
+        i_f = nl.arange(8)[None, :]
+        rows = nl.load(idx)
+        buf = nl.full((128, 8), 0.0, src.dtype)
+        buf[i_p, i_f] = nl.load(src[rows, i_f], mask=(i_p < n))
+        nl.store(out, buf)
+        return out
+
+    src = np.arange(50 * 8, dtype=np.float32).reshape(50, 8)
+    idx = np.arange(128, dtype=np.int32).reshape(128, 1)      # rows 50.. are outside
+    got = kernel(src, idx, 50)
+    np.testing.assert_array_equal(got[:50], src)
+    np.testing.assert_array_equal(got[50:], 0.0)
+    with pytest.raises(nki.NKIError, match="takes values 0..127"):
+        kernel(src, idx, 51)

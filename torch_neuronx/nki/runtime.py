@@ -140,13 +140,14 @@ class Run:
         bank = self.target.psum_bank_bytes
         banks = max(1, -(-nbytes // bank))
         total = self.target.psum_banks
-        if block_bytes is not None and self.psum_banks_used + banks > total:
+        if block_bytes is not None:
             # An automatically allocated block tensor: "the block dimension describes how many (P, F)
             # logical tiles this tensor has, but does not reflect the number of physical tiles being
-            # allocated" (AWS, nki.compiler.psum.alloc). The compiler maps the blocks onto fewer
-            # physical tiles; here such a tensor reserves one block's banks, and its blocks keep
-            # separate values (an allocation without conflicts: whether the blocks that are live at
-            # once fit in PSUM is not checked).
+            # allocated" (AWS, nki.compiler.psum.alloc). The compiler maps the blocks onto the
+            # physical tiles their lifetimes need (AWS's attention tutorial declares 32 to 256 blocks
+            # and keeps one or two live); here such a tensor reserves one block's banks, and its
+            # blocks keep separate values (an allocation without conflicts: whether the blocks that
+            # are live at once fit in PSUM is not checked).
             banks = max(1, -(-block_bytes // bank))
         if self.psum_banks_used + banks > total:
             raise NKIError(instruction, f"PSUM capacity exceeded: a {shape} tile needs {banks} bank(s) of "

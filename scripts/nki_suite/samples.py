@@ -157,6 +157,50 @@ NOT_COUNTED = {
 }
 
 
+# Why the kernels that still fail fail (December 4 2026, triaged by hand from the logs), for the
+# summary's last column. "owner:" marks a simulator gap another change owns.
+TRIAGE = {
+    "unit/allocated_attention.allocated_fused_self_attn_for_SD_small_head_size":
+        "the kernel's direct SBUF placement ends past trn2's 224 KiB per partition (cur_addr reaches 234600 / "
+        "249008 bytes); the simulator checks the capacity AWS documents",
+    "unit-recipe/double_row_matmul.quantized_double_row_matmul":
+        "nisa.tensor_tensor of a [128, 1024] and a [128, 1] tile: AWS documents that both inputs have the same "
+        "elements per partition (the simulator keeps the rule)",
+    "unit/attention.flash_attn_bwd":
+        "nisa.affine_select reads a PSUM tile on the GpSimd Engine, which AWS documents cannot access PSUM "
+        "(the simulator keeps the rule)",
+    "unit/attention.flash_fwd":
+        "nisa.affine_select reads a PSUM tile on the GpSimd Engine, which AWS documents cannot access PSUM "
+        "(the simulator keeps the rule)",
+    "unit/vision.resize_nearest_fixed_dma_kernel":
+        "nl.floor(int32_tile / out_w, dtype=int32): the int32 divide result is rounded to nearest before the "
+        "floor (2241 / 38 = 58.97 -> 59), so the last rows' source index leaves the input; the float-to-int "
+        "rounding of the simulator (round to nearest) versus AWS's is undocumented",
+    "unit/allocated_fused_linear.allocated_fused_rms_norm_qkv":
+        "owner: PSUM accumulation groups (res_psum[0] += nc_matmul over a loop into a directly allocated bank "
+        "that nothing zeroes: NaN)",
+    "unit/vision.select_and_scatter_kernel":
+        "float32 case: SBUF capacity. The simulator frees a tile when Python drops it, and the kernel rebinds "
+        "`vals_local` (a 50 KB tile) only after loading the next one; AWS's allocator frees it at its last use",
+    "tutorials/attention_fwd_performance.attn_fwd_v8a":
+        "owner: PSUM accumulation groups (attn_out_psum[i] += nc_matmul over the contraction loop starts on an "
+        "unwritten block)",
+    "tutorials/attention_fwd_performance.attn_fwd_v9": "owner: PSUM accumulation groups across loops (direct allocation)",
+    "tutorials/attention_fwd_performance.attn_fwd_v10": "owner: PSUM accumulation groups across loops (direct allocation)",
+    "tutorials/attention_fwd_performance.attn_fwd_v11":
+        "owner: PSUM accumulation groups (attn_out_psum += nc_matmul over the contraction loop starts on an "
+        "unwritten block)",
+    "tutorials-old/rotary": "not run: needs loguru and transformers' Llama rotary embedding (not installed here)",
+    "contributed/pipelined_attention":
+        "its module-level driver launches flash_fwd[0] (a grid of 0 programs; the file says it is tested only "
+        "against AWS's internal nightly builds)",
+}
+
+
+def _clean(reason: str) -> str:
+    return re.sub(r"/tmp/nki-suite/samples/[0-9a-f]+/", "", reason).replace("torch_neuronx.nki.errors.", "")
+
+
 # ----------------------------------------------------------------------------- export
 def export(mirror: str, commit: str, root: Path) -> Path:
     sha = subprocess.run(["git", "--git-dir", mirror, "rev-parse", "--short", commit], check=True,
@@ -494,17 +538,18 @@ def report(out: Path) -> None:
         if entry.kernel in NOT_COUNTED:
             status, reason = "not-counted", NOT_COUNTED[entry.kernel]
             cases = [(c[0], "not-counted", c[2]) for c in cases]
-        rows.append((entry.kernel, status, f"{len(ran) - len(failed)}/{len(ran)}", reason))
+        triage = "" if status == "passed" else TRIAGE.get(entry.kernel, "")
+        rows.append((entry.kernel, status, f"{len(ran) - len(failed)}/{len(ran)}", _clean(reason), triage))
     with open(out / "summary.tsv", "w") as f:
-        f.write("kernel\tstatus\tcases passed\tfirst failure reason\n")
+        f.write("kernel\tstatus\tcases passed\tfirst failure reason\twhy (triage)\n")
         for row in rows:
             f.write("\t".join(row) + "\n")
     with open(out / "cases.tsv", "w") as f:
         f.write("kernel\tcase\tstatus\treason\n")
         for row in all_cases:
-            f.write("\t".join(str(x) for x in row) + "\n")
+            f.write("\t".join(_clean(str(x)) for x in row) + "\n")
     width = max((len(r[0]) for r in rows), default=10)
-    for kernel, status, frac, reason in rows:
+    for kernel, status, frac, reason, _ in rows:
         print(f"{kernel:{width}}  {status:8} {frac:>7}  {reason[:110]}")
     ran = [r for r in rows if r[1] in ("passed", "failed")]
     passed = sum(r[1] == "passed" for r in rows)

@@ -474,3 +474,21 @@ def test_gather_index_out_of_bounds_needs_mask():
     np.testing.assert_array_equal(got[50:], 0.0)
     with pytest.raises(nki.NKIError, match="takes values 0..127"):
         kernel(src, idx, 51)
+
+
+def test_numpy_mod_as_alu_operator():
+    """np.mod (numpy's name: remainder) and np.fmod resolve to nl.mod / nl.fmod in nisa instructions."""
+    @nki.jit
+    def kernel(a):
+        out = nl.ndarray((2, 128, 16), nl.float32, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        for k, op in enumerate((np.mod, np.fmod)):
+            t = nl.ndarray((128, 16), nl.float32, buffer=nl.sbuf)
+            nisa.tensor_scalar(t, x, op, -3.0)
+            nl.store(out[k], t)
+        return out
+
+    a = np.linspace(-10, 10, 128 * 16, dtype=np.float32).reshape(128, 16)
+    got = kernel(a)
+    np.testing.assert_allclose(got[0], np.mod(a, -3.0), atol=1e-5)
+    np.testing.assert_allclose(got[1], np.fmod(a, -3.0), atol=1e-5)

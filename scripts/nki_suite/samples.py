@@ -230,6 +230,18 @@ def _shim(root: Path) -> Path:
     return shim
 
 
+def check_alias(python: str) -> str:
+    """`neuronxcc.nki` and `nki` must be this simulator in the processes the suite starts (the
+    project's .pth alias, active only where AWS's packages are absent). Returns its location."""
+    probe = ("import neuronxcc.nki as a, nki as b, torch_neuronx.nki as c; "
+             "assert a is c and b is c, (a, b, c); print(c.__file__)")
+    got = subprocess.run([python, "-c", probe], env=_env([]), capture_output=True, text=True)
+    if got.returncode != 0:
+        raise SystemExit("samples.py: `import neuronxcc.nki` is not torch_neuronx.nki in this interpreter "
+                         "(install the alias: python -m torch_neuronx._nki_aliases):\n" + got.stderr[-2000:])
+    return got.stdout.strip()
+
+
 def _env(pythonpath: list[str]) -> dict:
     caller = os.environ.get("PYTHONPATH", "")
     return dict(os.environ, OMP_NUM_THREADS="1",
@@ -583,6 +595,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     root = Path(args.work)
     if not args.report_only:
+        print(f"neuronxcc.nki is {check_alias(args.python)}", flush=True)
         chosen = [e for e in MANIFEST if not args.only or any(e.kernel.startswith(o) for o in args.only)]
         units = [e for e in chosen if e.kind == "unit" and not args.skip_unit]
         if units:

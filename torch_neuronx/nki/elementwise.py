@@ -158,7 +158,8 @@ BINARY = {op.name: op for op in (
 FAST_BF16 = frozenset({"add", "subtract", "multiply"})
 
 _UFUNC_ALIASES = {"true_divide": "divide", "max": "maximum", "min": "minimum", "amax": "maximum",
-                  "amin": "minimum", "sum": "add", "prod": "multiply", "absolute": "abs"}
+                  "amin": "minimum", "sum": "add", "prod": "multiply", "absolute": "abs",
+                  "remainder": "mod"}
 
 
 def resolve(op, instruction: str, arity: int | None = None) -> Op:

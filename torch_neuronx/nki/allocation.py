@@ -16,6 +16,7 @@ Automatically allocated tensors keep their own storage: the two never overlap he
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import numpy as np
@@ -124,10 +125,23 @@ def _allocation(run, kind: str, dtype) -> Allocation:
     return alloc
 
 
+def _call_allocator(func, idx, pdim, fdim):
+    """Calls an allocation function with AWS's argument names, `idx`, `pdim_size`, `fdim_size`, as
+    keywords where it takes them: AWS's reference kernels bind other leading parameters with
+    functools.partial (`partial(psum_addr, bank_map=...)` for `psum_addr(bank_map, idx, pdim_size,
+    fdim_size)`), which only keyword arguments reach. A function with other parameter names is
+    called positionally."""
+    try:
+        inspect.signature(func).bind(idx=idx, pdim_size=pdim, fdim_size=fdim)
+    except (TypeError, ValueError):
+        return func(idx, pdim, fdim)
+    return func(idx=idx, pdim_size=pdim, fdim_size=fdim)
+
+
 def _place(run, buf: DirectBuffer, idx, pdim, fdim, shape, itemsize, instruction) -> int:
     """Byte offset of block `idx` in the physical memory; the place is checked against capacity."""
     t = run.target
-    got = buf.func(idx, pdim, fdim)
+    got = _call_allocator(buf.func, idx, pdim, fdim)
     what = f"block {idx} of a {shape} tensor" if idx else f"a {shape} tensor"
     try:
         got = tuple(None if g is None else int(g) for g in got)

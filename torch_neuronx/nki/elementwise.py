@@ -98,6 +98,7 @@ def _tan(x):
         return np.tan(x)
 
 
+# AWS: nl.fmod has the sign of the dividend (numpy.fmod), nl.mod that of the divisor (numpy.mod).
 def _fmod(a, b):
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.fmod(a, b, dtype=np.float32)

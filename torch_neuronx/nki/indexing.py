@@ -290,12 +290,26 @@ def affine_view(tensor, index):
     """`tensor[index]` where the index holds index expressions (with ints, and full slices for
     trailing axes). Returns (NumPy view or gathered copy, byte offset, PartialView or None)."""
     data = tensor.data
+    # A tile of runtime row numbers on an axis (`t[b, idx_tile, i_f]`, idx_tile an integer [P, 1]
+    # tile: an indirect DMA gather, row idx_tile[p] for partition p) takes part in the iteration
+    # space as an expression of its shape; its values are added per point below.
+    gathers = {}
+    if isinstance(index, tuple):
+        index = list(index)
+        for k, item in enumerate(index):
+            if _index_tile(item):
+                values = np.asarray(item.data).astype(np.int64)
+                gathers[k] = values
+                index[k] = IndexExpr(0, (0,) * values.ndim, values.shape)
+        index = tuple(index)
     exprs = _index_exprs(tensor, index)
     shape, coefs = _broadcast(*exprs)
     itemsize = data.itemsize
     offset = tensor.offset + sum(e.const * s for e, s in zip(exprs, data.strides))
     strides = [sum(c[k] * s for c, s in zip(coefs, data.strides)) for k in range(len(shape))]
     violation = _first_violation(tensor, exprs, shape, coefs)
+    if gathers:
+        return _gather_view(tensor, exprs, shape, coefs, offset, strides, gathers)
     if violation is None:
         view = np.ndarray(shape, data.dtype, buffer=tensor.alloc.storage, offset=offset, strides=strides)
         if not data.flags.writeable:
@@ -315,6 +329,46 @@ def affine_view(tensor, index):
     storage = _flat_storage(tensor.alloc)
     flat = np.where(oob, 0, flat)
     gathered = storage[flat]
+    if not data.flags.writeable:
+        gathered.flags.writeable = False
+    return gathered, offset, PartialView(flat, oob, violation)
+
+
+def _index_tile(item) -> bool:
+    """An on-chip tile of more than one integer: runtime indices, one per point (a gather)."""
+    data = getattr(item, "data", None)
+    return hasattr(item, "alloc") and isinstance(data, np.ndarray) and data.size > 1 \
+        and np.issubdtype(data.dtype, np.integer)
+
+
+def _gather_view(tensor, exprs, shape, coefs, offset, strides, gathers):
+    """The points of an access with runtime index tiles: a gathered copy and its PartialView (the
+    elements it reads and writes; points whose runtime index leaves the tensor are out of bounds,
+    which the instruction's mask must exclude, as for an affine access)."""
+    data = tensor.data
+    itemsize = data.itemsize
+    flat = np.full(shape, offset, dtype=np.int64)
+    for k, (n, s) in enumerate(zip(shape, strides)):
+        view = [1] * len(shape)
+        view[k] = n
+        flat = flat + (s * np.arange(n, dtype=np.int64)).reshape(view)
+    oob = np.zeros(shape, dtype=bool)
+    violation = None
+    for axis, (e, c) in enumerate(zip(exprs, coefs)):
+        if axis in gathers:
+            pad = len(shape) - gathers[axis].ndim
+            v = np.broadcast_to(gathers[axis].reshape((1,) * pad + gathers[axis].shape), shape)
+            flat = flat + v * data.strides[axis]
+        else:
+            v = np.broadcast_to(IndexExpr(e.const, c, shape).values(), shape)
+        bad = (v < 0) | (v >= data.shape[axis])
+        if bad.any() and violation is None:
+            name = tensor.alloc.name or f"the {tensor.buffer!r} tensor"
+            violation = (f"index on axis {axis} of {name} (shape {tuple(data.shape)}) takes values "
+                         f"{int(v.min())}..{int(v.max())}, outside its bound [0, {data.shape[axis]})")
+        oob |= bad
+    flat = np.where(oob, 0, flat // itemsize)
+    gathered = _flat_storage(tensor.alloc)[flat]
     if not data.flags.writeable:
         gathered.flags.writeable = False
     return gathered, offset, PartialView(flat, oob, violation)
@@ -340,7 +394,10 @@ def _index_exprs(tensor, index):
     items += [slice(None)] * (len(shape) - len(items))
     last = max(i for i, item in enumerate(items) if isinstance(item, IndexExpr))
     ndim = max(item.ndim for item in items if isinstance(item, IndexExpr))
-    trailing = len(items) - 1 - last
+    # Trailing full slices add iteration axes; an int after the last expression does not (NumPy:
+    # `t[i_p, 0]` with i_p = nl.arange(128)[:, None] is [128, 1], as AWS's kernels broadcast it).
+    after = [axis for axis in range(last + 1, len(items)) if isinstance(items[axis], slice)]
+    trailing = len(after)
     exprs = []
     for axis, item in enumerate(items):
         if isinstance(item, IndexExpr):
@@ -357,7 +414,7 @@ def _index_exprs(tensor, index):
             exprs.append(IndexExpr(int(np.asarray(item.data).reshape(-1)[0]), (), ()))
         elif isinstance(item, slice) and axis > last:
             start, stop, step = item.indices(shape[axis])
-            k = ndim + axis - last - 1
+            k = ndim + after.index(axis)
             coef, sizes = [0] * (ndim + trailing), [1] * (ndim + trailing)
             coef[k], sizes[k] = step, len(range(start, stop, step))
             exprs.append(IndexExpr(start, coef, sizes))

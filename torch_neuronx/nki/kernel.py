@@ -4,7 +4,8 @@
 A launch copies array arguments into simulated HBM, runs the kernel function once per program of
 the grid (its Python executes the instructions), writes HBM arguments the kernel wrote back into
 the caller's arrays/tensors (in place), and converts the returned HBM tensors: torch tensors on
-the first torch input's device if any input was a torch tensor, NumPy arrays otherwise.
+the first torch input's device if any input was a torch tensor, else JAX arrays if any input was a
+JAX array (AWS's `nki.jit` runs a kernel called with JAX arrays through JAX), NumPy arrays otherwise.
 """
 
 from __future__ import annotations
@@ -104,6 +105,24 @@ def _is_torch_tensor(x) -> bool:
     return torch is not None and isinstance(x, torch.Tensor)
 
 
+def _is_jax_array(x) -> bool:
+    """A JAX array, without importing JAX (only a caller that made one has it loaded)."""
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(x, getattr(jax, "Array", ()))
+
+
+def _to_jax(value):
+    """The NumPy outputs of a launch as JAX arrays (the same dtypes: JAX uses ml_dtypes' too)."""
+    if isinstance(value, (tuple, list)):
+        return type(value)(_to_jax(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _to_jax(v) for k, v in value.items()}
+    if isinstance(value, np.ndarray):
+        import jax.numpy as jnp
+        return jnp.asarray(value)
+    return value
+
+
 def _torch_to_numpy(t, index):
     import torch
 
@@ -147,6 +166,8 @@ def _to_hbm(x, index):
         arr = np.zeros(x.shape, _dt.storage_dtype(x.dtype))
     elif isinstance(x, np.ndarray):
         arr = np.array(x, copy=True, order="C")
+    elif _is_jax_array(x):
+        arr = np.array(x, copy=True, order="C")  # a host copy: JAX arrays are immutable
     else:
         return None
     try:
@@ -163,6 +184,10 @@ def _to_hbm(x, index):
 def _write_back(original, tensor: NkiTensor):
     if isinstance(original, TensorSpec):
         return  # a placeholder has no caller's array to update
+    if _is_jax_array(original):
+        raise NKIError("kernel argument", "the kernel wrote to a JAX array argument, and JAX arrays are immutable",
+                       "return the result from the kernel (nl.ndarray(..., buffer=nl.shared_hbm)), or pass a "
+                       "NumPy array or torch tensor to be written in place")
     if _is_torch_tensor(original):
         import torch
 
@@ -266,7 +291,10 @@ class _Programs:
             if tensor.alloc.written:
                 _write_back(original, tensor)
         _record_aliases(self.run, self.pairs, result)
-        return _convert_output(result, torch_device, torch_mode)
+        converted = _convert_output(result, torch_device, torch_mode)
+        if not torch_mode and any(_is_jax_array(original) for original, _ in self.pairs):
+            converted = _to_jax(converted)  # JAX arguments: JAX results, as AWS's JAX drivers expect
+        return converted
 
 
 def _simulate(kernel: Kernel, grid: tuple, run: Run, args, kwargs, torch_mode: bool, torch_device):

@@ -180,16 +180,19 @@ def _new(shape, dtype, buffer, name, instruction) -> NkiTensor:
     return current(instruction).allocate(shape, dtype, buffer, name, instruction=instruction)
 
 
-def zeros(shape, dtype, buffer=sbuf, name=None) -> NkiTensor:
+def zeros(shape, dtype, buffer=sbuf, name=None, lazy_initialization=False) -> NkiTensor:
     return full(shape, 0, dtype, buffer, name)
 
 
-def ones(shape, dtype, buffer=sbuf, name=None) -> NkiTensor:
+def ones(shape, dtype, buffer=sbuf, name=None, lazy_initialization=False) -> NkiTensor:
     return full(shape, 1, dtype, buffer, name)
 
 
-def full(shape, fill_value, dtype, buffer=sbuf, name=None) -> NkiTensor:
-    """A tensor filled with `fill_value`; on chip this is an nisa.memset (costed), in HBM free."""
+def full(shape, fill_value, dtype, buffer=sbuf, name=None, lazy_initialization=False) -> NkiTensor:
+    """A tensor filled with `fill_value`; on chip this is an nisa.memset (costed), in HBM free.
+    `lazy_initialization` (AWS's older reference kernels pass it, e.g. True for a PSUM accumulator
+    whose first matmul starts the group) is accepted; the tile is filled either way, which gives
+    the same values."""
     run = current("nl.full")
     t = run.allocate(shape, dtype, buffer, name, instruction="nl.full")
     if _allocation.is_direct(run, t):  # blocks placed by the kernel: fill each, never the whole memory
@@ -335,8 +338,19 @@ def load_transpose2d(src, dtype=None, name=None) -> NkiTensor:
 
 
 def store(dst, value) -> None:
-    """Copy an SBUF tile into an HBM view (one DMA). PSUM must be copied to SBUF first."""
-    _isa.dma_copy(dst, value)
+    """Copy an SBUF tile into an HBM view (one DMA). A PSUM tile is first copied to SBUF
+    (nisa.tensor_copy), as AWS documents for nl.store ("If the tile is in PSUM, an extra copy will
+    be performed to move the tile to SBUF first"); nisa.dma_copy itself never reads PSUM."""
+    _isa.dma_copy(dst, _from_psum(value, "nl.store"))
+
+
+def _from_psum(x, instruction):
+    """x, or for a PSUM tile a copy of it in SBUF: the extra copy AWS's nl-level helpers insert."""
+    if isinstance(x, NkiTensor) and x.buffer.kind == "psum":
+        out = _new(x.shape, x.dtype, sbuf, None, instruction)
+        _isa.tensor_copy(out, x)
+        return out
+    return x
 
 
 def _copy_tile(x, dtype=None, name=None) -> NkiTensor:
@@ -359,8 +373,9 @@ def assign(dst, value) -> None:
         raise NKIError(instr, f"cannot assign into {dst.buffer!r} with []",
                        "write HBM with nl.store(dst[...], value) or nisa.dma_copy")
     if isinstance(value, _LoopReduce):
+        x = value.x.reshape(dst.shape) if value.x.shape != dst.shape else value.x
         with _isa.masked(value.mask):
-            _isa.tensor_tensor(dst, dst, value.x, value.token)
+            _isa.tensor_tensor(dst, dst, x, value.token)
         return
     if isinstance(value, NkiTensor):
         if dst.same_view(value):
@@ -405,6 +420,9 @@ def accumulate(dst, value):
     read out, or in a newly allocated tile (AWS's compiler starts the group at the contraction loop)."""
     trace = current("tensor accumulation").trace
     last = trace[-1] if trace else None
+    if (isinstance(value, NkiTensor) and value.data is value.alloc.storage and value.alloc.valid is not None
+            and not value.alloc.valid.any()):
+        return dst  # the value's instruction was masked out entirely (mask=False): nothing to add
     if (isinstance(value, NkiTensor) and dst.buffer.kind == "psum" and value.buffer.kind == "psum"
             and last is not None and last.op == "nisa.nc_matmul" and value.data is value.alloc.storage
             and any(w == value.alloc.id for w, _ in last.writes)):
@@ -423,12 +441,28 @@ def accumulate(dst, value):
     return dst
 
 
+def where(condition, x, y, dtype=None, name=None) -> NkiTensor:
+    """AWS's nl.where: a new SBUF tile with x's elements where condition is true (nonzero), y's
+    elsewhere (numpy.where). x and y are tiles or numbers; a tile of another shape than condition
+    is broadcast to it (on chip, the first axis stays the partition axis). dtype: the argument,
+    else the inputs' (x's and y's tiles; a float if both are numbers)."""
+    instr = "nl.where"
+    cond = _isa._tensor(condition, instr, "condition")
+    tiles = [t for t in (x, y) if isinstance(t, NkiTensor)]
+    out = _new(cond.shape, dtype or (_result_dtype(*tiles) if tiles else float32), sbuf, name, instr)
+
+    def fit(t):
+        return t.broadcast_to(cond.shape) if isinstance(t, NkiTensor) and t.shape != cond.shape else t
+    _isa.select(out, cond, fit(x), fit(y), instr)
+    return out
+
+
 # ---------------------------------------------------------------------------- Tensor Engine helpers
 def matmul(x, y, transpose_x=False) -> NkiTensor:
     """x @ y into a new PSUM float32 tile. With transpose_x=True, x is already [K, M] (contraction on
     partitions, the hardware layout); otherwise x is [M, K] and is transposed on the Tensor Engine first."""
-    x = _isa._tensor(x, "nl.matmul", "x")
-    y = _isa._tensor(y, "nl.matmul", "y")
+    x = _from_psum(_isa._tensor(x, "nl.matmul", "x"), "nl.matmul")
+    y = _from_psum(_isa._tensor(y, "nl.matmul", "y"), "nl.matmul")
     if not transpose_x:
         xt = transpose(x)
         x = _copy_tile(xt)
@@ -439,7 +473,7 @@ def matmul(x, y, transpose_x=False) -> NkiTensor:
 
 def transpose(x, dtype=None) -> NkiTensor:
     """x[P, F].T into a new PSUM tile (Tensor Engine)."""
-    x = _isa._tensor(x, "nl.transpose", "x")
+    x = _from_psum(_isa._tensor(x, "nl.transpose", "x"), "nl.transpose")
     out = _new((x.free_size, x.partitions), dtype or x.dtype, psum, None, "nl.transpose")
     _isa.nc_transpose(out, x.reshape(x.partitions, x.free_size))
     return out
@@ -517,8 +551,15 @@ def _tensor_tensor(token, x, y, dtype, name, instr):
             out = _new(data.shape, dtype or _result_dtype(x, y), sbuf, name, instr)
             _isa.tensor_scalar(out, data, token, vec, reverse0=reverse)
             return out
+    # On chip the first axis is the partition axis whatever the rank: a tile with fewer axes is
+    # aligned on it (trailing 1s added, as broadcast_to does), so a reduction's [P] result meets
+    # a [P, 1] tile as [P, 1], not as NumPy's trailing-axis [P, P].
+    xs, ys = x.shape, y.shape
+    if x.buffer.on_chip and y.buffer.on_chip and len(xs) != len(ys):
+        rank = builtins.max(len(xs), len(ys))
+        xs, ys = xs + (1,) * (rank - len(xs)), ys + (1,) * (rank - len(ys))
     try:
-        shape = np.broadcast_shapes(x.shape, y.shape)
+        shape = np.broadcast_shapes(xs, ys)
     except ValueError:
         raise NKIError(instr, f"shapes {x.shape} and {y.shape} do not broadcast") from None
     out = _new(shape, dtype or _result_dtype(x, y), sbuf, name, instr)
@@ -754,31 +795,6 @@ def rms_norm(x, w, axis, n, epsilon=1e-06, dtype=None, compute_dtype=None, name=
     return multiply(normed, w, dtype=dtype or x.dtype, name=name)
 
 
-def where(condition, x, y, dtype=None, name=None):
-    """`nl.where(condition, x, y)`: x where condition is nonzero (AWS: 1.0 true, 0.0 false), else y;
-    x and y are tiles or numbers, broadcast to condition's shape. One Vector Engine instruction."""
-    instr = "nl.where"
-    cond = _isa._tensor(condition, instr, "condition")
-    reads, values = [("condition", cond)], []
-    for role, v in (("x", x), ("y", y)):
-        if isinstance(v, NkiTensor):
-            v = _isa._tensor(v, instr, role)
-            if v.shape != cond.shape:
-                v = v.broadcast_to(cond.shape)
-            reads.append((role, v))
-            values.append(_isa._f32(v))
-        elif isinstance(v, (int, float, np.number, bool)):
-            values.append(np.float32(v))
-        else:
-            raise NKIError(instr, f"{role} must be a tile or a number, got {type(v).__name__}")
-    tiles = [t for _, t in reads[1:]]
-    out = _new(cond.shape, dtype or (tiles[0].dtype if tiles else cond.dtype), sbuf, name, instr)
-    _isa._access(instr, "vector", reads=reads, writes=[("dst", out)])
-    _isa._write(out, np.where(_isa._f32(cond) != 0, values[0], values[1]))
-    _isa._record(instr, "vector", [out], [t for _, t in reads], ("elementwise", out.free_size))
-    return out
-
-
 def broadcast_to(x, shape, dtype=None, name=None):
     """`nl.broadcast_to(x, shape)`: a new SBUF tile of `shape` (the same rank as x), each free
     dimension either x's or broadcast from size 1 (one tensor_copy). x itself when the shape and
@@ -903,6 +919,9 @@ class _LoopReduce:
     `t[...] = nl.loop_reduce(x, ...)` that names dst."""
 
     __slots__ = ("x", "token", "dtype", "mask")
+    NOT_A_TILE = ("the pending result of nl.loop_reduce, which is only the right side of `t[...] = "
+                  "nl.loop_reduce(...)`", "assign it into the accumulator tile: acc[...] = nl.loop_reduce(x, "
+                  "op=np.add, loop_indices=[k])")
 
     def __init__(self, x, token, dtype, mask):
         self.x, self.token, self.dtype, self.mask = x, token, dtype, mask

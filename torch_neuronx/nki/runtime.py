@@ -151,7 +151,9 @@ class Run:
             self._reserve_sbuf(per_partition, shape, instruction)
             weakref.finalize(alloc, self._release_sbuf, per_partition)
         else:
-            banks = self._reserve_psum(per_partition, shape, instruction)
+            banks = self._reserve_psum(per_partition, shape, instruction,
+                                       block_bytes=math.prod(shape[blocks + 1:]) * _dt.storage_dtype(dtype).itemsize
+                                       if blocks else None)
             alloc.acc = np.zeros(alloc.storage.nbytes, np.uint8)  # matmul accumulation groups (isa.ACC_*)
             weakref.finalize(alloc, self._release_psum, banks)
         if not blocks:
@@ -187,10 +189,19 @@ class Run:
         self.sbuf_used += nbytes
         self.peak_sbuf = max(self.peak_sbuf, self.sbuf_used)
 
-    def _reserve_psum(self, nbytes, shape, instruction) -> int:
+    def _reserve_psum(self, nbytes, shape, instruction, block_bytes=None) -> int:
         bank = self.target.psum_bank_bytes
         banks = max(1, -(-nbytes // bank))
         total = self.target.psum_banks
+        if block_bytes is not None:
+            # An automatically allocated block tensor: "the block dimension describes how many (P, F)
+            # logical tiles this tensor has, but does not reflect the number of physical tiles being
+            # allocated" (AWS, nki.compiler.psum.alloc). The compiler maps the blocks onto the
+            # physical tiles their lifetimes need (AWS's attention tutorial declares 32 to 256 blocks
+            # and keeps one or two live); here such a tensor reserves one block's banks, and its
+            # blocks keep separate values (an allocation without conflicts: whether the blocks that
+            # are live at once fit in PSUM is not checked).
+            banks = max(1, -(-block_bytes // bank))
         if self.psum_banks_used + banks > total:
             raise NKIError(instruction, f"PSUM capacity exceeded: a {shape} tile needs {banks} bank(s) of "
                            f"{bank} bytes per partition, {self.psum_banks_used} of {total} banks are in use "

@@ -168,6 +168,12 @@ class NkiTensor:
         if any(isinstance(item, _ix.IndexExpr) for item in index):
             data, offset, partial = _ix.affine_view(self, index)
             return NkiTensor(self.alloc, data, offset, partial=partial, dtype=self.vdtype)
+        if not self.buffer.on_chip and _slices_past_end(index, self.data.shape):
+            # An HBM slice that runs past the tensor's end (AWS's adaptive pooling kernel loads
+            # in[256:384] of 288 rows under mask=(i_p < 288)): the same access as index expressions,
+            # a partial access pattern that the instruction's mask must cover, as for nl.arange.
+            data, offset, partial = _ix.affine_view(self, _slices_as_exprs(index, self.data.shape))
+            return NkiTensor(self.alloc, data, offset, partial=partial, dtype=self.vdtype)
         data = self.data
         shape, strides = data.shape, data.strides
         items = []
@@ -242,7 +248,14 @@ class NkiTensor:
             raise NKIError(what, f"a tensor of shape {self.shape} still has {self.lead} block dimension(s) "
                            "before its partition dimension", "index the blocks first: t[b] is one tile")
 
-    def reshape(self, *shape) -> "NkiTensor":
+    def reshape(self, *shape, **kwargs) -> "NkiTensor":
+        """A view of another shape (no copy). The shape is given as arguments, one tuple, or
+        `shape=` (as AWS's older reference kernels call it: `t.reshape(shape=(n, h, w))`)."""
+        if kwargs:
+            if shape or set(kwargs) != {"shape"}:
+                raise NKIError("reshape", f"reshape takes the shape as arguments or as shape=, got "
+                               f"{shape!r} and {sorted(kwargs)}", "call t.reshape((a, b)) or t.reshape(shape=(a, b))")
+            shape = (kwargs["shape"],)
         self._no_blocks("reshape")
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
@@ -595,6 +608,47 @@ class NkiTensor:
     def __bool__(self):
         raise NKIError("tensor truth value", "a tensor has no Python truth value at trace time",
                        "loops and `if` are resolved at trace time on Python values only")
+
+
+def _slices_past_end(index, shape) -> bool:
+    """True when a plain slice (no index expression) has an explicit stop past its axis's end."""
+    axis = 0
+    for item in index:
+        if item is Ellipsis:
+            axis = len(shape) - (len(index) - index.index(Ellipsis) - 1)
+            continue
+        if axis >= len(shape):
+            return False
+        if isinstance(item, slice) and isinstance(item.stop, (int, np.integer)) and item.stop > shape[axis] \
+                and (item.step is None or item.step > 0) and (item.start is None or 0 <= item.start):
+            return True
+        axis += 1
+    return False
+
+
+def _slices_as_exprs(index, shape):
+    """`index` with each slice an index expression on an iteration axis of its own (in order)."""
+    items = []
+    for item in index:
+        if item is Ellipsis:
+            items.extend([slice(None)] * (len(shape) - (len(index) - 1)))
+        else:
+            items.append(item)
+    slices = [k for k, item in enumerate(items) if isinstance(item, slice)]
+    out = []
+    for k, item in enumerate(items):
+        if not isinstance(item, slice):
+            out.append(item)
+            continue
+        step = item.step or 1
+        start = item.start or 0
+        stop = shape[k] if item.stop is None else int(item.stop)
+        j = slices.index(k)
+        coef = [0] * len(slices)
+        sizes = [1] * len(slices)
+        coef[j], sizes[j] = step, len(range(start, stop, step))
+        out.append(_ix.IndexExpr(start, coef, sizes))
+    return tuple(out)
 
 
 def box(t: NkiTensor):

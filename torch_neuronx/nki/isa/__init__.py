@@ -53,8 +53,9 @@ BN_AGGR_DIM = 2
 # ---------------------------------------------------------------------------- checks and helpers
 def _tensor(x, instr, role) -> NkiTensor:
     if not isinstance(x, NkiTensor):
-        raise NKIError(instr, f"{role} must be an NKI tensor, got {type(x).__name__}",
-                       "allocate it with nl.ndarray or pass a kernel argument")
+        pending = getattr(type(x), "NOT_A_TILE", None)  # e.g. nl.loop_reduce's result: says what to do instead
+        raise NKIError(instr, f"{role} must be an NKI tensor, got {pending[0] if pending else type(x).__name__}",
+                       pending[1] if pending else "allocate it with nl.ndarray or pass a kernel argument")
     x._no_blocks(instr)
     if x.partial is not None:
         _ix.check_in_bounds(x, _active_mask(), instr, role)
@@ -104,8 +105,16 @@ def accepts_mask(fn, instruction):
     def wrapper(*args, mask=None, **kwargs):
         if mask is None:
             return fn(*args, **kwargs)
-        with masked(_ix.mask_array(mask, instruction)):
-            return fn(*args, **kwargs)
+        array = _ix.mask_array(mask, instruction)
+        with masked(array):
+            result = fn(*args, **kwargs)
+        if (array is not None and not array.any() and isinstance(result, NkiTensor)
+                and result.data is result.alloc.storage and not result.alloc.written):
+            # A value-returning call whose mask excludes everything was not issued: its result holds
+            # no element, so `t[...] = result` and `t[...] += result` write nothing (the compiler
+            # drops the instruction, the assignment's destination with it).
+            result.alloc.valid = np.zeros(result.alloc.storage.shape, dtype=bool)
+        return result
 
     return wrapper
 
@@ -401,6 +410,8 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     st = _tensor(stationary, instr, "stationary")
     mv = _tensor(moving, instr, "moving")
     _access(instr, "tensor", reads=[("stationary", st), ("moving", mv)], writes=[("dst", dst)])
+    if is_double_row(perf_mode, st, mv):
+        return _double_row_matmul(instr, dst, st, mv, accumulate)
     k, m, n = st.partitions, st.free_size, mv.free_size
     if st.partitions != mv.partitions:
         raise NKIError(instr, f"stationary {st.shape} and moving {mv.shape} must have the same partition "
@@ -432,6 +443,44 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     dtype_name = _dt.name(mv.dtype if _dt.is_fp8(mv.dtype) and _dt.is_fp8(st.dtype) else
                           (st.dtype if fp32_in[0] else _dt.bfloat16))
     _record(instr, "tensor", [dst], [st, mv], ("matmul", m, n, dtype_name), flops=2 * k * m * n,
+            matmul_dtype=dtype_name)
+
+
+def is_double_row(perf_mode, st, mv) -> bool:
+    """The FP8 double-row form: perf_mode double_row (the older API spells it 'double_row_gen3')
+    with stationary [K, 2, M] and moving [K, 2, N], the two rows of a PE side by side."""
+    name = getattr(perf_mode, "name", perf_mode)
+    return (isinstance(name, str) and name.startswith("double_row") and st.ndim == 3 and mv.ndim == 3
+            and st.shape[1] == 2 and mv.shape[1] == 2)
+
+
+def _double_row_matmul(instr, dst, st, mv, accumulate):
+    """dst[M, N] = sum over r of stationary[:, r, :].T @ moving[:, r, :]: a contraction over 2K rows
+    (each PE holds two FP8 rows), as AWS's double_row_matmul reference kernel lays them out."""
+    k, m, n = st.partitions, st.shape[2], mv.shape[2]
+    if st.partitions != mv.partitions:
+        raise NKIError(instr, f"stationary {st.shape} and moving {mv.shape} must have the same partition size")
+    for role, t in (("stationary", st), ("moving", mv)):
+        if not _dt.is_fp8(t.dtype):
+            raise NKIError(instr, f"{role} dtype {_dt.name(t.dtype)}: the double_row performance mode packs two "
+                           "FP8 rows per processing element", "cast both operands to an FP8 type, or drop perf_mode")
+    if m > STATIONARY_FMAX or n > MOVING_FMAX:
+        raise NKIError(instr, f"double_row operands [K, 2, {m}] and [K, 2, {n}]: M must be <= {STATIONARY_FMAX} "
+                       f"and N <= {MOVING_FMAX}")
+    if dst.partitions != m or dst.free_size != n:
+        raise NKIError(instr, f"dst shape {dst.shape} must be [M, N] = [{m}, {n}] for double_row operands "
+                       f"{st.shape} and {mv.shape}")
+    if dst.dtype != _dt.float32:
+        raise NKIError(instr, f"dst dtype {_dt.name(dst.dtype)}: matmul results are float32 in PSUM",
+                       "allocate the PSUM tile with dtype=nl.float32")
+    _check_psum_bank(instr, dst)
+    a = _f32(st).astype(np.float32).reshape(k * 2, m) if st.data.flags.c_contiguous else \
+        np.ascontiguousarray(_f32(st)).reshape(k * 2, m)
+    b = np.ascontiguousarray(_f32(mv)).reshape(k * 2, n)
+    _matmul_write(dst, a.T @ b, accumulate, None)
+    dtype_name = _dt.name(mv.dtype)
+    # Twice the rows in one pass: the cycles of one FP8 matmul of [K, M] x [K, N], the FLOPs of 2K.
+    _record(instr, "tensor", [dst], [st, mv], ("matmul", m, n, dtype_name), flops=2 * 2 * k * m * n,
             matmul_dtype=dtype_name)
 
 
@@ -1005,6 +1054,30 @@ def select_where(dst, on_true_tile, on_false_value, keep):
     where = np.asarray(keep(dst)).reshape(dst.partitions, -1)
     _write(dst, np.where(where, _f32_2d(src), np.float32(on_false_value)))
     _record(instr, "gpsimd", [dst], [src], ("gpsimd", dst.free_size))
+
+
+def select(dst, condition, on_true, on_false, instr="nl.where"):
+    """dst = on_true where condition is nonzero, else on_false, element-wise (Vector Engine;
+    nl.where's data path). on_true / on_false are tiles of dst's layout or numbers."""
+    dst, cond = _tensor(dst, instr, "dst"), _tensor(condition, instr, "condition")
+    operands = [("x", on_true), ("y", on_false)]
+    tiles = [(role, t) for role, t in operands if isinstance(t, NkiTensor)]
+    _access(instr, "vector", reads=[("condition", cond), *tiles], writes=[("dst", dst)])
+    if sum(t.buffer.kind == "psum" for t in [cond, *(t for _, t in tiles)]) > 1:
+        raise NKIError(instr, "more than one input is in nl.psum; the Vector Engine reads at most one input "
+                       "from PSUM", "copy the others to SBUF first (nisa.tensor_copy)")
+    _same_layout(instr, dst, cond, "condition")
+    values = []
+    for role, t in operands:
+        if isinstance(t, NkiTensor):
+            _same_layout(instr, dst, t, role)
+            values.append(_f32_2d(t))
+        elif isinstance(t, (int, float, np.number, bool)):
+            values.append(np.float32(t))
+        else:
+            raise NKIError(instr, f"{role} must be a tile or a number, got {type(t).__name__}")
+    _write(dst, np.where(_f32_2d(cond) != 0, values[0], values[1]))
+    _record(instr, "vector", [dst], [cond, *(t for _, t in tiles)], ("tensor_tensor", dst.free_size, False))
 
 
 # ---------------------------------------------------------------------------- statistics

@@ -32,7 +32,8 @@ class oob_mode(enum.Enum):  # noqa: N801
 
 class matmul_perf_mode(enum.Enum):  # noqa: N801
     """nc_matmul's Tensor Engine mode: `double_row` packs two FP8 rows per PE for twice the
-    throughput (trn2/trn3). The result is the same matmul; the cost model does not model the mode."""
+    throughput (trn2/trn3). With 2-D operands the result is the same matmul and the mode is not costed;
+    with [K, 2, M] x [K, 2, N] operands (the older double_row_matmul layout) both rows are contracted."""
 
     none = 0
     double_row = 1

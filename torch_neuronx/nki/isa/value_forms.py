@@ -79,7 +79,10 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     """stationary[K, M].T @ moving[K, N] into a new [M, N] float32 PSUM tile."""
     instr = "nisa.nc_matmul"
     st, mv = _operand(stationary, instr, "stationary"), _operand(moving, instr, "moving")
-    dst = _result(instr, (st.free_size, mv.free_size), _dt.float32, psum)
+    if _isa.is_double_row(perf_mode, st, mv):  # [K, 2, M] x [K, 2, N] -> [M, N]
+        dst = _result(instr, (st.shape[2], mv.shape[2]), _dt.float32, psum)
+    else:
+        dst = _result(instr, (st.free_size, mv.free_size), _dt.float32, psum)
     _isa.nc_matmul(dst, st, mv, is_stationary_onezero=is_stationary_onezero, is_moving_onezero=is_moving_onezero,
                    is_transpose=is_transpose, tile_position=tile_position, tile_size=tile_size, perf_mode=perf_mode)
     return dst

@@ -298,3 +298,34 @@ def nc_stream_shuffle(dst, src, shuffle_mask, name=None):
         out[row] = data[source]
     _store(dst, out.reshape(dst.shape))
     _record(instr, "vector", [dst], [src], ("elementwise", src.free_size))
+
+
+# tensor_partition_reduce: the reductions AWS lists that this simulator has operator tokens for
+# (AWS also lists mean/average and bitwise_or / bitwise_and / bitwise_xor).
+_PARTITION_REDUCE = {"add": np.add, "maximum": np.maximum}
+
+
+def tensor_partition_reduce(dst, op, data, name=None):
+    """`dst[0, ...] = reduce(op)` of `data` over its partitions, on the GpSimd Engine: data
+    `[P, f1, ...]` (at most four free dimensions) -> dst `[1, f1, ...]` (the same free elements).
+    `op`: nl.add or nl.maximum. Computed in float32 and cast into dst's dtype."""
+    from .. import elementwise as _ops
+    from . import _access, _f32, _record, _tensor, _write
+
+    instr = "nisa.tensor_partition_reduce"
+    dst, data = _tensor(dst, instr, "dst"), _tensor(data, instr, "data")
+    token = _ops.resolve(op, instr, 2)
+    if token.name not in _PARTITION_REDUCE:
+        raise NKIError(instr, f"operator {token!r} cannot reduce across partitions here",
+                       "use nl.add or nl.maximum (AWS's bitwise and mean reductions are not simulated)")
+    _access(instr, "gpsimd", reads=[("data", data)], writes=[("dst", dst)])
+    if data.ndim > 5:
+        raise NKIError(instr, f"data has {data.ndim - 1} free dimensions {data.shape}; at most four are supported",
+                       "merge free dimensions with a reshape")
+    if dst.partitions != 1 or dst.free_size != data.free_size:
+        raise NKIError(instr, f"dst shape {dst.shape} must have 1 partition and data's {data.free_size} free "
+                       f"elements (data {data.shape} reduced over its partition axis)",
+                       f"allocate dst as (1, {', '.join(str(s) for s in data.shape[1:])})")
+    values = _PARTITION_REDUCE[token.name].reduce(_f32(data).reshape(data.partitions, -1), axis=0)
+    _write(dst, values.reshape(dst.shape).astype(np.float32))
+    _record(instr, "gpsimd", [dst], [data], ("elementwise", data.free_size))

@@ -1,0 +1,91 @@
+"""Simulator gaps found by running nki-library's own integration tests in its simulation mode
+(scripts/nki_suite/library.py, issue #27), each checked here with small kernels written for this
+file against NumPy references.
+
+- `nisa.tensor_partition_reduce(dst, op, data)` (GpSimd Engine): data `[P, f1, ...]` reduced over
+  its partitions into dst `[1, f1, ...]`; nki-library's attention backward reduces its sink
+  gradients with it.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from torch_neuronx import nki
+import torch_neuronx.nki.isa as nisa
+import torch_neuronx.nki.language as nl
+from torch_neuronx.nki import NKIError
+
+RNG = np.random.default_rng(2727)
+
+
+def _partition_reduce_kernel(op, out_dtype=None):
+    @nki.jit
+    def kernel(x):
+        dtype = out_dtype or x.dtype
+        out = nl.ndarray((1, *x.shape[1:]), dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        r = nl.ndarray((1, *x.shape[1:]), dtype, buffer=nl.sbuf)
+        nisa.tensor_partition_reduce(r, op, t)
+        nl.store(out, r)
+        return out
+
+    return kernel
+
+
+@pytest.mark.parametrize("shape", [(128, 32), (128, 32, 4), (7, 3, 5), (64, 2, 3, 2)])
+@pytest.mark.parametrize("op, ref", [(nl.add, np.sum), (nl.maximum, np.max)])
+def test_tensor_partition_reduce_float32(shape, op, ref):
+    x = RNG.standard_normal(shape).astype(np.float32)
+    out = _partition_reduce_kernel(op)(x)
+    assert out.shape == (1, *shape[1:])
+    # float32 sums over up to 128 partitions: NumPy's pairwise order vs the simulator's may differ by rounding
+    np.testing.assert_allclose(out[0], ref(x.astype(np.float64), axis=0), rtol=1e-5, atol=1e-5)
+
+
+def test_tensor_partition_reduce_bfloat16_casts_the_float32_sum():
+    x = RNG.standard_normal((128, 16)).astype(ml_dtypes.bfloat16)
+    out = _partition_reduce_kernel(nl.add)(x)
+    want = x.astype(np.float32).sum(axis=0, dtype=np.float64).astype(np.float32).astype(ml_dtypes.bfloat16)
+    assert out.dtype == ml_dtypes.bfloat16
+    # one bfloat16 rounding of the float32 sum: at most one ulp (2**-7 relative) from the reference
+    np.testing.assert_allclose(out[0].astype(np.float32), want.astype(np.float32), rtol=2 ** -7, atol=1e-2)
+
+
+def test_tensor_partition_reduce_into_float32_from_bfloat16():
+    x = RNG.standard_normal((96, 8)).astype(ml_dtypes.bfloat16)
+    out = _partition_reduce_kernel(nl.add, np.float32)(x)
+    np.testing.assert_allclose(out[0], x.astype(np.float64).sum(axis=0), rtol=1e-5, atol=1e-5)
+
+
+def test_tensor_partition_reduce_rules():
+    x = RNG.standard_normal((128, 8)).astype(np.float32)
+
+    @nki.jit
+    def wrong_dst(x):
+        out = nl.ndarray((2, 8), x.dtype, buffer=nl.shared_hbm)
+        r = nl.ndarray((2, 8), x.dtype, buffer=nl.sbuf)
+        nisa.tensor_partition_reduce(r, nl.add, nl.load(x))
+        nl.store(out, r)
+        return out
+
+    with pytest.raises(NKIError, match=r"tensor_partition_reduce.*must have 1 partition"):
+        wrong_dst(x)
+
+    with pytest.raises(NKIError, match=r"tensor_partition_reduce.*cannot reduce across partitions"):
+        _partition_reduce_kernel(nl.multiply)(x)
+
+    @nki.jit
+    def from_psum(x):
+        out = nl.ndarray((1, 8), x.dtype, buffer=nl.shared_hbm)
+        p = nl.ndarray((128, 8), nl.float32, buffer=nl.psum)
+        nisa.tensor_copy(p, nl.load(x))
+        r = nl.ndarray((1, 8), x.dtype, buffer=nl.sbuf)
+        nisa.tensor_partition_reduce(r, nl.add, p)
+        nl.store(out, r)
+        return out
+
+    with pytest.raises(NKIError, match=r"GpSimd Engine cannot read"):
+        from_psum(x)

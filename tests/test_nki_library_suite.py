@@ -89,3 +89,62 @@ def test_tensor_partition_reduce_rules():
 
     with pytest.raises(NKIError, match=r"GpSimd Engine cannot read"):
         from_psum(x)
+
+
+# ---------------------------------------------------------------------------- tensor_copy_predicated
+def _predicated_kernel(scalar=None, reverse=False, src_in_psum=False):
+    @nki.jit
+    def kernel(old, src, pred):
+        out = nl.ndarray(old.shape, old.dtype, buffer=nl.shared_hbm)
+        d = nl.load(old)
+        p = nl.load(pred)
+        if scalar is not None:
+            nisa.tensor_copy_predicated(dst=d, src=scalar, predicate=p, reverse_pred=reverse)
+        else:
+            s = nl.load(src)
+            if src_in_psum:
+                ps = nl.ndarray(src.shape, src.dtype, buffer=nl.psum)
+                nisa.tensor_copy(ps, s)
+                s = ps
+            nisa.tensor_copy_predicated(dst=d, src=s, predicate=p, reverse_pred=reverse)
+        nl.store(out, d)
+        return out
+
+    return kernel
+
+
+@pytest.mark.parametrize("shape, dtype, pred_dtype", [((128, 64), np.float32, np.uint8),
+                                                      ((64, 4, 8), ml_dtypes.bfloat16, np.uint32),
+                                                      ((32, 2, 3, 4), np.int32, np.uint16)])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_tensor_copy_predicated_tile(shape, dtype, pred_dtype, reverse):
+    old = RNG.standard_normal(shape).astype(dtype)
+    src = (RNG.standard_normal(shape) * 10).astype(dtype)
+    pred = RNG.integers(0, 3, shape).astype(pred_dtype)  # 0, 1, 2: any nonzero value selects
+    out = _predicated_kernel(reverse=reverse)(old, src, pred)
+    take = (pred == 0) if reverse else (pred != 0)
+    np.testing.assert_array_equal(out, np.where(take, src, old))  # a bit-exact copy where selected
+    assert take.any() and (~take).any()
+
+
+def test_tensor_copy_predicated_scalar_and_psum_src():
+    old = RNG.standard_normal((128, 32)).astype(np.float32)
+    src = RNG.standard_normal((128, 32)).astype(np.float32)
+    pred = RNG.integers(0, 2, (128, 32)).astype(np.uint8)
+    out = _predicated_kernel(scalar=-1.5, reverse=True)(old, src, pred)
+    np.testing.assert_array_equal(out, np.where(pred == 0, np.float32(-1.5), old))
+    out = _predicated_kernel(src_in_psum=True)(old, src, pred)
+    np.testing.assert_array_equal(out, np.where(pred != 0, src, old))
+
+
+def test_tensor_copy_predicated_rules():
+    old = np.zeros((128, 8), np.float32)
+    src = np.ones((128, 8), np.float32)
+    with pytest.raises(NKIError, match=r"tensor_copy_predicated.*predicate is float32; it must be uint8"):
+        _predicated_kernel()(old, src, np.ones((128, 8), np.float32))
+    with pytest.raises(NKIError, match=r"tensor_copy_predicated.*must share a data type"):
+        _predicated_kernel()(old, src.astype(ml_dtypes.bfloat16), np.ones((128, 8), np.uint8))
+    with pytest.raises(NKIError, match=r"tensor_copy_predicated.*does not match dst shape"):
+        _predicated_kernel()(old, src, np.ones((128, 4), np.uint8))
+    with pytest.raises(NKIError, match=r"a Python int src needs an integer dst"):
+        _predicated_kernel(scalar=3)(old, src, np.ones((128, 8), np.uint8))

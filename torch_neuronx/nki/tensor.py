@@ -335,8 +335,11 @@ class NkiTensor:
         return nl.negative(self)
 
     def __bool__(self):
-        raise NKIError("tensor truth value", "a tensor has no Python truth value at trace time",
-                       "loops and `if` are resolved at trace time on Python values only")
+        # A tensor is a reference to memory, not a value: as in AWS's NKI (whose NkiTensor defines no
+        # truth value, so Python's default applies), it is true. Kernels test optional tensor
+        # arguments with it (nki-library's `if params.expert_params.expert_index:`); a tile's
+        # *values* cannot steer trace-time Python (compare into a mask and select instead).
+        return True
 
 
 def box(t: NkiTensor):

@@ -12,7 +12,7 @@ nki-library's conftest):
   step, so at d2ad3a5 every simulated case stops on an AttributeError after the kernel ran; the
   plugin gives the class the attribute's "nothing compiled" value, None (the method then returns, as
   it does for a kernel without output specs);
-- a per-case time limit (NKI_SUITE_CASE_TIMEOUT seconds, default 300), so one slow case costs its
+- a per-case time limit (NKI_SUITE_CASE_TIMEOUT seconds, default 120), so one slow case costs its
   file one failure, not the file's whole time budget.
 """
 
@@ -82,7 +82,7 @@ def _on_alarm(signum, frame):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
-    limit = int(os.environ.get("NKI_SUITE_CASE_TIMEOUT", "300"))
+    limit = int(os.environ.get("NKI_SUITE_CASE_TIMEOUT", "120"))
     previous = signal.signal(signal.SIGALRM, _on_alarm)
     signal.alarm(limit)
     try:

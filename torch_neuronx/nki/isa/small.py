@@ -329,3 +329,71 @@ def tensor_partition_reduce(dst, op, data, name=None):
     values = _PARTITION_REDUCE[token.name].reduce(_f32(data).reshape(data.partitions, -1), axis=0)
     _write(dst, values.reshape(dst.shape).astype(np.float32))
     _record(instr, "gpsimd", [dst], [data], ("elementwise", data.free_size))
+
+
+_PREDICATE_DTYPES = ("uint8", "uint16", "uint32")
+
+
+def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
+    """Where `predicate` is nonzero (zero with `reverse_pred`), `dst = src` (a tile of dst's dtype,
+    copied bit for bit, or a Python number); elsewhere dst keeps its values. Vector Engine; src and
+    predicate not both in PSUM; dst, predicate and a tile src of the same partitions and elements
+    per partition, at most three free dimensions; predicate uint8/uint16/uint32."""
+    from . import _access, _mask_for, _record, _store, _tensor
+
+    instr = "nisa.tensor_copy_predicated"
+    dst, predicate = _tensor(dst, instr, "dst"), _tensor(predicate, instr, "predicate")
+    scalar = isinstance(src, (int, float, np.number, bool)) and not isinstance(src, np.ndarray)
+    reads = [("predicate", predicate)]
+    if not scalar:
+        src = _tensor(src, instr, "src")
+        reads.append(("src", src))
+    _access(instr, "vector", reads=reads, writes=[("dst", dst)])
+    if not scalar and src.buffer.kind == "psum" and predicate.buffer.kind == "psum":
+        raise NKIError(instr, "src and predicate are both in nl.psum; at most one of them may be",
+                       "copy one of them to SBUF first (nisa.tensor_copy)")
+    if _dt.name(predicate.dtype) not in _PREDICATE_DTYPES:
+        raise NKIError(instr, f"predicate is {_dt.name(predicate.dtype)}; it must be uint8, uint16 or uint32",
+                       "build the predicate as an unsigned integer tile (e.g. nisa.tensor_scalar with a "
+                       "comparison into a uint8 tile)")
+    for role, t in [("dst", dst), ("predicate", predicate)] + ([] if scalar else [("src", src)]):
+        if t.ndim > 4:
+            raise NKIError(instr, f"{role} has {t.ndim - 1} free dimensions {t.shape}; at most three are supported",
+                           "merge free dimensions with a reshape")
+    for role, t in [("predicate", predicate)] + ([] if scalar else [("src", src)]):
+        if t.partitions != dst.partitions or t.free_size != dst.free_size:
+            raise NKIError(instr, f"{role} shape {t.shape} does not match dst shape {dst.shape} (partition "
+                           "sizes and elements per partition must agree)")
+    storage = dst.data.dtype
+    if scalar:
+        is_int = isinstance(src, (int, np.integer)) and not isinstance(src, bool)
+        if _dt.is_float(dst.dtype) == is_int:
+            raise NKIError(instr, f"a Python {'int' if is_int else 'float'} src needs "
+                           f"{'an integer' if is_int else 'a float'} dst, got {_dt.name(dst.dtype)}",
+                           "pass the number as the kind of dst's dtype")
+        values = np.empty(dst.shape, storage)
+        if is_int:
+            info = np.iinfo(storage)
+            values[...] = min(max(int(src), info.min), info.max)
+        else:
+            _dt.cast_into(values, np.full(dst.shape, src, np.float32), dst.dtype)
+    else:
+        if src.dtype != dst.dtype:
+            raise NKIError(instr, f"src is {_dt.name(src.dtype)} and dst {_dt.name(dst.dtype)}; they must share "
+                           "a data type", "cast src first (nisa.tensor_copy into a tile of dst's dtype)")
+        values = src.data.reshape(dst.shape)
+    keep = predicate.data.reshape(dst.shape) != 0
+    if reverse_pred:
+        keep = ~keep
+    active = _mask_for(dst)
+    if active is not None:
+        keep &= active
+    valid = dst.alloc.valid
+    _store(dst, values, keep)
+    dst.alloc.valid = valid  # a predicated write leaves the other elements' values as they were
+    if dst.alloc.acc is not None and dst.partial is None:
+        from . import _acc_view
+        _acc_view(dst)[keep] = 0.0  # a write ends a matmul accumulation group there
+    one_in_psum = "psum" in (predicate.buffer.kind, "sbuf" if scalar else src.buffer.kind)
+    _record(instr, "vector", [dst], [predicate] + ([] if scalar else [src]),
+            ("tensor_tensor", dst.free_size, one_in_psum))

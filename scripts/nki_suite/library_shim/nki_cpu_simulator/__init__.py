@@ -7,6 +7,7 @@ package. Where AWS's simulator has a module that AWS's NKI reference does not do
 (`nki.builtin`), the stand-in lives here, not in torch_neuronx.
 """
 
+import os
 import sys
 import types
 
@@ -42,5 +43,18 @@ for _name, _module in {"isa.constants": _isa_constants, "language.dtypes": _dtyp
 _language_view = _view(f"{__name__}.nki.language", _language, dtypes=_dtypes)
 for _name, _module in {"compiler": _compiler, "isa": _isa, "tensor": _tensor, "typing": _typing}.items():
     sys.modules[f"{__name__}.nki.{_name}"] = _module
-nki = _view(f"{__name__}.nki", _nki, builtin=_builtin, language=_language_view, compiler=_compiler, isa=_isa,
+# AWS's simulator takes the NeuronCore generation from NKI_NC_VERSION, which the library's
+# simulation_setup.py sets from the test's platform target just before `nki.cpu_simulate(...)`;
+# torch_neuronx.nki reads NEURON_PLATFORM_TARGET_OVERRIDE at each launch: map one onto the other.
+_GENERATIONS = {"gen3": "trn2", "gen4": "trn3"}
+
+
+def cpu_simulate(kernel):
+    target = _GENERATIONS.get(os.environ.get("NKI_NC_VERSION", ""))
+    if target is not None:
+        os.environ["NEURON_PLATFORM_TARGET_OVERRIDE"] = target
+    return _nki.cpu_simulate(kernel)
+
+
+nki = _view(f"{__name__}.nki", _nki, cpu_simulate=cpu_simulate, builtin=_builtin, language=_language_view, compiler=_compiler, isa=_isa,
             tensor=_tensor, typing=_typing)

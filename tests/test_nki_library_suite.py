@@ -148,3 +148,75 @@ def test_tensor_copy_predicated_rules():
         _predicated_kernel()(old, src, np.ones((128, 4), np.uint8))
     with pytest.raises(NKIError, match=r"a Python int src needs an integer dst"):
         _predicated_kernel(scalar=3)(old, src, np.ones((128, 8), np.uint8))
+
+
+# ---------------------------------------------------------------------------- range_select
+FP32_MIN = np.finfo(np.float32).min
+
+
+def _range_select_kernel(op0, op1, range_start):
+    @nki.jit
+    def kernel(x, lo, hi):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        row_max = nl.ndarray((x.shape[0], 1), nl.float32, buffer=nl.shared_hbm)
+        t, b0, b1 = nl.load(x), nl.load(lo), nl.load(hi)
+        d = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+        m = nl.ndarray((x.shape[0], 1), nl.float32, buffer=nl.sbuf)
+        nisa.range_select(d, on_true_tile=t, comp_op0=op0, comp_op1=op1, bound0=b0, bound1=b1,
+                          reduce_res=m, reduce_op=nl.maximum, reduce_cmd=nisa.reduce_cmd.reset_reduce,
+                          range_start=range_start, on_false_value=FP32_MIN)
+        nl.store(out, d)
+        nl.store(row_max, m)
+        return out, row_max
+
+    return kernel
+
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("op0, op1, np0, np1, start", [
+    (nl.greater_equal, nl.less, np.greater_equal, np.less, 0.0),       # a window [lo, hi)
+    (nl.greater, nl.less_equal, np.greater, np.less_equal, 100.0),     # (lo, hi] with an offset
+    (nl.greater_equal, nl.equal, np.greater_equal, np.equal, 7.0)])
+def test_range_select_masks_by_index_and_reduces_the_max(dtype, op0, op1, np0, np1, start):
+    P, F = 64, 96
+    x = RNG.standard_normal((P, F)).astype(dtype)
+    lo = (start + RNG.integers(-5, F, (P, 1))).astype(np.float32)
+    hi = (lo + RNG.integers(0, 40, (P, 1))).astype(np.float32)
+    hi[3] = lo[3] - 1  # an empty row: all FP32_MIN
+    out, row_max = _range_select_kernel(op0, op1, start)(x, lo, hi)
+    idx = start + np.arange(F, dtype=np.float32)[None, :]
+    keep = np0(idx, lo) & np1(idx, hi)
+    want = np.where(keep, x.astype(np.float32), FP32_MIN)
+    # the selected values are copied (no arithmetic); FP32_MIN becomes -inf in bfloat16, as AWS documents
+    np.testing.assert_array_equal(out.astype(np.float32), want.astype(dtype).astype(np.float32))
+    # the max is taken in float32 before the cast into dst: an empty row gives FP32_MIN, not -inf
+    np.testing.assert_array_equal(row_max, want.max(axis=1, keepdims=True))
+    assert row_max[3, 0] == FP32_MIN
+
+
+def test_range_select_rules():
+    x = np.ones((8, 16), np.float32)
+    lo, hi = np.zeros((8, 1), np.float32), np.full((8, 1), 4, np.float32)
+    with pytest.raises(NKIError, match=r"range_select.*comp_op0 nl.add is not a comparison"):
+        _range_select_kernel(nl.add, nl.less, 0.0)(x, lo, hi)
+    with pytest.raises(NKIError, match=r"range_select.*bound0 is int32; the bounds must be float32"):
+        _range_select_kernel(nl.greater_equal, nl.less, 0.0)(x, lo.astype(np.int32), hi)
+    with pytest.raises(NKIError, match=r"range_select.*bound1 of shape \(8, 2\) must hold one value per partition"):
+        _range_select_kernel(nl.greater_equal, nl.less, 0.0)(x, lo, np.zeros((8, 2), np.float32))
+
+
+# ---------------------------------------------------------------------------- tensors as truth values
+def test_a_tensor_argument_is_true_and_none_is_false():
+    @nki.jit
+    def maybe_add(x, bias=None):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        if bias:  # nki-library's test for an optional tensor argument
+            t = nl.add(t, nl.load(bias))
+        nl.store(out, t)
+        return out
+
+    x = RNG.standard_normal((16, 8)).astype(np.float32)
+    b = RNG.standard_normal((16, 8)).astype(np.float32)
+    np.testing.assert_array_equal(maybe_add(x), x)
+    np.testing.assert_allclose(maybe_add(x, b), x + b, rtol=1e-6)

@@ -397,3 +397,56 @@ def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
     one_in_psum = "psum" in (predicate.buffer.kind, "sbuf" if scalar else src.buffer.kind)
     _record(instr, "vector", [dst], [predicate] + ([] if scalar else [src]),
             ("tensor_tensor", dst.free_size, one_in_psum))
+
+
+_RANGE_COMPARISONS = ("equal", "less", "less_equal", "greater", "greater_equal")
+_FP32_MIN = float(np.finfo(np.float32).min)
+
+
+def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=None, reduce_res=None,
+                 reduce_op=None, range_start=0.0, on_false_value=_FP32_MIN, name=None):
+    """Vector Engine: per partition p and free element i (flattened), with `idx = range_start + i`,
+    `dst = on_true_tile` where `comp_op0(idx, bound0[p]) and comp_op1(idx, bound1[p])`, else
+    FP32_MIN; the maximum of each partition's selected row (in float32, before the cast into dst)
+    goes through the Vector Engine's accumulation registers (always reset_reduce) into
+    `reduce_res` ([P, 1]). As AWS documents, `on_false_value` and `reduce_cmd` are ignored (always
+    FP32_MIN and reset_reduce) and `reduce_op` can only be nl.maximum. NeuronCore-v3 and newer."""
+    from .. import elementwise as _ops
+    from . import (_access, _accumulate, _f32_2d, _lanes, _read_registers, _record, _reduce_operand,
+                   _register_op, _same_layout, _tensor, _write)
+    from . import reduce_cmd as _reduce_cmd
+
+    instr = "nisa.range_select"
+    dst, data = _tensor(dst, instr, "dst"), _tensor(on_true_tile, instr, "on_true_tile")
+    b0, b1 = _tensor(bound0, instr, "bound0"), _tensor(bound1, instr, "bound1")
+    _access(instr, "vector", reads=[("on_true_tile", data), ("bound0", b0), ("bound1", b1)], writes=[("dst", dst)])
+    _same_layout(instr, dst, data, "on_true_tile")
+    comparisons = []
+    for role, op in (("comp_op0", comp_op0), ("comp_op1", comp_op1)):
+        token = _ops.resolve(op, instr, 2)
+        if token.name not in _RANGE_COMPARISONS:
+            raise NKIError(instr, f"{role} {token!r} is not a comparison range_select supports",
+                           f"use one of {', '.join('nl.' + n for n in _RANGE_COMPARISONS)}")
+        comparisons.append(token)
+    for role, t in (("bound0", b0), ("bound1", b1)):
+        if t.partitions != data.partitions or t.free_size != 1:
+            raise NKIError(instr, f"{role} of shape {t.shape} must hold one value per partition of on_true_tile "
+                           f"([{data.partitions}, 1])")
+        if _dt.name(t.dtype) != "float32":
+            raise NKIError(instr, f"{role} is {_dt.name(t.dtype)}; the bounds must be float32",
+                           "compute the bounds in float32 (the comparison runs in float32)")
+    if not _dt.is_float(data.dtype):
+        raise NKIError(instr, f"on_true_tile is {_dt.name(data.dtype)}; it must be a float type")
+    rtoken = _register_op(instr, reduce_op if reduce_op is not None else _ops.BINARY["maximum"], ("maximum",))
+    index = np.float32(range_start) + np.arange(data.free_size, dtype=np.float32)[None, :]
+    keep = (comparisons[0].fn(index, _f32_2d(b0)) != 0) & (comparisons[1].fn(index, _f32_2d(b1)) != 0)
+    selected = np.where(keep, _f32_2d(data), np.float32(_FP32_MIN)).astype(np.float32)
+    _write(dst, selected)
+    writes = [dst]
+    lanes = _lanes(data)
+    _accumulate(instr, "vector", _reduce_cmd.reset_reduce.name, lanes, rtoken, selected.max(axis=1, keepdims=True))
+    if reduce_res is not None:
+        res = _reduce_operand(instr, reduce_res, data.partitions, "vector")
+        _write(res, _read_registers(instr, "vector", lanes))
+        writes.append(res)
+    _record(instr, "vector", writes, [data, b0, b1], ("elementwise", dst.free_size))

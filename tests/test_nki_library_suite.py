@@ -220,3 +220,44 @@ def test_a_tensor_argument_is_true_and_none_is_false():
     b = RNG.standard_normal((16, 8)).astype(np.float32)
     np.testing.assert_array_equal(maybe_add(x), x)
     np.testing.assert_allclose(maybe_add(x, b), x + b, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------- packed MX types on the host
+@pytest.mark.parametrize("packed, container", [(nl.float8_e4m3fn_x4, np.uint32), (nl.float4_e2m1fn_x4, np.uint16)])
+def test_a_packed_type_is_a_numpy_dtype_for_host_arrays(packed, container):
+    # nki-library's tests allocate packed outputs as np.zeros(shape, dtype=nl.float8_e4m3fn_x4)
+    out = np.zeros((128, 4), dtype=packed)
+    assert out.dtype == container and str(nl.static_cast(out, np.float32).dtype) == "float32"
+    assert out.dtype.metadata == {"nki_dtype": str(packed)}
+
+    @nki.jit
+    def copy_packed(src, dst):
+        t = nl.ndarray(src.shape, src.dtype, buffer=nl.sbuf)
+        assert t.dtype is packed  # the kernel sees the packed type, not the container
+        nisa.dma_copy(t, src)
+        nisa.dma_copy(dst, t)
+
+    values = RNG.uniform(-2, 2, (128, 16)).astype(np.float32)
+    src = nl.static_cast(values, packed)
+    copy_packed(src, out)  # written in place into the caller's array, bit for bit
+    np.testing.assert_array_equal(out, src)
+    np.testing.assert_array_equal(nl.static_cast(out, np.float32), nl.static_cast(src, np.float32))
+
+
+# ---------------------------------------------------------------------------- empty nl.ds views
+def test_an_empty_ds_view_is_allowed_like_an_empty_slice():
+    @nki.jit
+    def shard(x, start, size):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(x))
+        part = x[nl.ds(start, size)]
+        assert part.shape == (size, x.shape[1]) and x[start:start + size].shape == part.shape
+        return out
+
+    x = RNG.standard_normal((4, 8)).astype(np.float32)
+    np.testing.assert_array_equal(shard(x, 0, 0), x)
+    np.testing.assert_array_equal(shard(x, 4, 0), x)  # at the end, as x[4:4]
+    with pytest.raises(NKIError, match=r"nl.ds\(5, 0\) is out of bounds"):
+        shard(x, 5, 0)
+    with pytest.raises(NKIError, match=r"nl.ds\(2, 3\) is out of bounds"):
+        shard(x, 2, 3)

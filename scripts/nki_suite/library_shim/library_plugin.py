@@ -100,7 +100,9 @@ def pytest_collection_finish(session):
         return
     import json
 
+    forced = ("trace_only", "compile_only", "compile_and_infer")  # markers that override --test-mode
     rows = [{"nodeid": item.nodeid, "file": str(item.path), "fast": item.get_closest_marker("fast") is not None,
-             "skipped": any(m.name == "skip" for m in item.iter_markers())} for item in session.items]
+             "skipped": any(m.name == "skip" for m in item.iter_markers()),
+             "forced_mode": next((m for m in forced if item.get_closest_marker(m)), None)} for item in session.items]
     with open(path, "w") as f:
         json.dump(rows, f)

@@ -261,3 +261,44 @@ def test_an_empty_ds_view_is_allowed_like_an_empty_slice():
         shard(x, 5, 0)
     with pytest.raises(NKIError, match=r"nl.ds\(2, 3\) is out of bounds"):
         shard(x, 2, 3)
+
+
+# ---------------------------------------------------------------------------- dma_compute
+@pytest.mark.parametrize("n_src, dtype, on_chip_dst", [(2, np.float32, True), (3, ml_dtypes.bfloat16, True),
+                                                       (3, np.float32, False)])
+def test_dma_compute_adds_its_sources_in_float32(n_src, dtype, on_chip_dst):
+    @nki.jit
+    def fused_add(*xs):
+        out = nl.ndarray(xs[0].shape, xs[0].dtype, buffer=nl.shared_hbm)
+        if on_chip_dst:
+            t = nl.ndarray(xs[0].shape, xs[0].dtype, buffer=nl.sbuf)
+            nisa.dma_compute(dst=t, srcs=list(xs), reduce_op=nl.add)
+            nisa.dma_copy(out, t)
+        else:  # HBM -> HBM, with explicit unit scales
+            nisa.dma_compute(out, tuple(xs), scales=(1.0,) * len(xs), reduce_op=nl.add)
+        return out
+
+    xs = [RNG.standard_normal((64, 48)).astype(dtype) for _ in range(n_src)]
+    out = fused_add(*xs)
+    want = np.sum([x.astype(np.float32) for x in xs], axis=0, dtype=np.float32).astype(dtype)
+    # float32 sums, one rounding into dtype: exact against the same recipe
+    np.testing.assert_array_equal(out, want)
+
+
+def test_dma_compute_rules():
+    x = np.ones((8, 4), np.float32)
+
+    def kernel_with(**kwargs):
+        @nki.jit
+        def k(a, b):
+            out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+            nisa.dma_compute(out, [a, b], **kwargs)
+            return out
+        return k
+
+    with pytest.raises(NKIError, match=r"dma_compute.*only nl.add"):
+        kernel_with(reduce_op=nl.multiply)(x, x)
+    with pytest.raises(NKIError, match=r"dma_compute.*must be one 1.0 per source"):
+        kernel_with(reduce_op=nl.add, scales=[2.0, 1.0])(x, x)
+    with pytest.raises(NKIError, match=r"dma_compute.*different sizes"):
+        kernel_with(reduce_op=nl.add)(x, np.ones((8, 2), np.float32))

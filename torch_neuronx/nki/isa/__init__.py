@@ -997,4 +997,4 @@ for _name in _MASKED:
 del _name, _fn
 
 from .mx import nc_matmul_mx, quantize_mx  # noqa: E402,F401 - NeuronCore-v4 MX instructions (isa/mx.py)
-from .small import dma_transpose, get_nc_version, max8, nc_find_index8, nc_match_replace8, nc_n_gather, nc_stream_shuffle, nc_version, nonzero_with_count, range_select, tensor_copy_predicated, tensor_partition_reduce  # noqa: E402,F401 - isa/small.py
+from .small import dma_compute, dma_transpose, get_nc_version, max8, nc_find_index8, nc_match_replace8, nc_n_gather, nc_stream_shuffle, nc_version, nonzero_with_count, range_select, tensor_copy_predicated, tensor_partition_reduce  # noqa: E402,F401 - isa/small.py

@@ -16,6 +16,7 @@ from .. import dtypes as _dt
 from ..errors import NKIError
 from ..runtime import active
 from ..targets import get_target
+from ..tensor import NkiTensor
 
 
 class nc_version(enum.IntEnum):  # noqa: N801 - the NKI name
@@ -450,3 +451,43 @@ def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_c
         _write(res, _read_registers(instr, "vector", lanes))
         writes.append(res)
     _record(instr, "vector", writes, [data, b0, b1], ("elementwise", dst.free_size))
+
+
+def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=None, name=None):
+    """`dst = reduce_op(srcs[0] * scales[0], srcs[1] * scales[1], ...)` computed by the DMA engines
+    in float32 and cast into dst's dtype. As AWS documents, reduce_op is nl.add only and every scale
+    is 1.0 (`scales=None` means all 1.0); srcs and dst in HBM or SBUF, each source holding dst's
+    number of elements (an on-chip source with dst's partition count when dst is on chip).
+    AWS's read-modify-write through `vector_offset` (indirect) views is not simulated;
+    `unique_indices` and `oob_mode` are accepted and not acted on."""
+    from .. import elementwise as _ops
+    from . import _access, _record, _tensor, _write
+
+    instr = "nisa.dma_compute"
+    dst = _tensor(dst, instr, "dst")
+    if isinstance(srcs, NkiTensor) or not len(srcs):
+        raise NKIError(instr, "srcs must be a non-empty list or tuple of tensors", "pass srcs=[a, b, ...]")
+    srcs = [_tensor(s, instr, f"srcs[{i}]") for i, s in enumerate(srcs)]
+    _access(instr, "dma", reads=[(f"srcs[{i}]", s) for i, s in enumerate(srcs)], writes=[("dst", dst)])
+    token = _ops.resolve(reduce_op, instr, 2)
+    if token.name != "add":
+        raise NKIError(instr, f"reduce_op {token!r} is not supported: the DMA engines compute only nl.add",
+                       "use reduce_op=nl.add")
+    if scales is not None:
+        scales = list(scales)
+        if len(scales) != len(srcs) or any(float(s) != 1.0 for s in scales):
+            raise NKIError(instr, f"scales {scales} must be one 1.0 per source (AWS supports no other scale)",
+                           "pass scales=None, or scale the sources beforehand")
+    total = np.zeros(dst.shape, np.float32)
+    for i, s in enumerate(srcs):
+        if s.data.size != dst.data.size:
+            raise NKIError(instr, f"srcs[{i}] shape {s.shape} and dst shape {dst.shape} have different sizes")
+        if s.buffer.on_chip and dst.buffer.on_chip and s.partitions != dst.partitions:
+            raise NKIError(instr, f"srcs[{i}] {s.shape} and dst {dst.shape} are on chip with different partition "
+                           "counts")
+        total += s.data.astype(np.float32).reshape(dst.shape)
+    _write(dst, total)
+    nbytes = dst.nbytes + sum(s.nbytes for s in srcs)
+    side = dst if dst.buffer.on_chip else next((s for s in srcs if s.buffer.on_chip), dst)
+    _record(instr, "dma", [dst], srcs, ("dma", nbytes, nbytes / max(1, side.partitions if side.ndim else 1)),
+            nbytes=nbytes)

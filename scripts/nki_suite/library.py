@@ -14,11 +14,14 @@ one pytest process per test file (a test file = a kernel), with:
   (`--deps`, default /tmp/nki-suite-deps; see README.md for the pinned versions);
 - OMP_NUM_THREADS=1, `nice`, a time limit per file.
 
-The subset (the whole suite is ~4,300 cases; far too many for this machine): per test file, the
-cases the library marks `fast` (its curated vectors) or, for a file without any, all of them; minus
-the cases the library's conftest itself skips in simulation (its large-shape rule); the first
---per-file (default 4) of those in collection order. A file with no case on trn2 (the conftest's
-default target) is collected on trn3. A file that fails to import is run whole, to record why.
+The subset (the whole suite is ~4,300 cases; far too many for this machine), chosen by the plugin in
+the process that runs each file (collection seeded with NEURON_PYTHONHASHSEED=0, as the library
+seeds its xdist workers): the file's cases the library marks `fast` (its curated vectors) that can
+run in simulation (not skipped by its conftest's large-shape rule, not marked `trace_only` /
+`compile_only` / `compile_and_infer`, which need AWS's compiler), or, where none is fast, all that
+can; the first --per-file (default 4) in collection order. A file with no trn2 case (the conftest's
+default target) runs on trn3. A file that fails to import is run whole, to record why. A file
+where no case can run is reported, not run.
 
     python scripts/nki_suite/library.py --label before [--files PATTERN ...] [--per-file N]
     python scripts/nki_suite/library.py --label before --report-only
@@ -46,10 +49,7 @@ SHIM = HERE / "library_shim"
 PROJECT = HERE.parent.parent
 DEFAULT_MIRROR = "/work/.mirror/aws-neuron+nki-library/repo"
 DEFAULT_COMMIT = "d2ad3a5"
-# The library conftest's large-shape rule (test/utils/simulation_setup.py), applied before taking
-# the first cases of a file so that the subset runs cases rather than skips.
 SIMULATOR = None
-LARGE = ("4096", "5120", "8192", "16384", "32768", "36864")
 
 
 def export(mirror: str, commit: str, work: Path) -> None:
@@ -97,34 +97,57 @@ def collect(work: Path, out: Path, python: str, deps: str, files: list[str], pla
     return rows
 
 
-def select(rows: list[dict], per_file: int) -> list[str]:
-    def runnable(group):
-        return [r for r in group if not r["skipped"] and not r.get("forced_mode")
-                and not any(p in r["nodeid"] for p in LARGE)]
-
-    pool = runnable([r for r in rows if r["fast"]]) or runnable(rows)
-    return [r["nodeid"] for r in (pool[:per_file] if per_file else pool)]
+def expected(rows: list[dict], per_file: int) -> int:
+    """How many of a file's collected cases the plugin's subset rule (library_plugin.select) keeps:
+    its fast cases that can run in simulation, or all that can where none is fast; at most per_file."""
+    pool = [r for r in rows if r["fast"] and r["runnable"]] or [r for r in rows if r["runnable"]]
+    return min(len(pool), per_file) if per_file else len(pool)
 
 
 def _xml_name(file: str) -> str:
     return file.replace("/", "__").removesuffix(".py")
 
 
-def run_file(work, out, python, deps, file, platform, ids, file_timeout) -> float:
+def run_file(work, out, python, deps, file, platform, per_file, file_timeout) -> float:
+    """One pytest process for the file; the plugin selects its subset in that process (so the cases
+    run are the ones selected, sweeps drawn at import time included) and logs each result as it
+    comes (<file>.jsonl), which the report reads when the file's time limit stops the process."""
     start = time.perf_counter()
-    xml = out / f"{_xml_name(file)}.xml"
+    xml, jsonl = out / f"{_xml_name(file)}.xml", out / f"{_xml_name(file)}.jsonl"
     xml.unlink(missing_ok=True)
-    # Node ids are relative to the library's rootdir (test/, where its pytest.ini is).
-    targets = [f"test/{i}" for i in ids] if ids else [file]
+    jsonl.unlink(missing_ok=True)
+    env = dict(_env(work, deps), NKI_SUITE_PER_FILE=str(per_file), NKI_SUITE_RESULTS_JSONL=str(jsonl))
     cmd = [*_pytest(python), "--platform-target", platform, "-q", "--no-header", "-rN", "-o", "junit_family=xunit1",
-           f"--junitxml={xml}", "--force-local-cleanup", f"--output-directory={out / 'artifacts'}", *targets]
+           f"--junitxml={xml}", "--force-local-cleanup", f"--output-directory={out / 'artifacts'}", file]
     with open(out / f"{_xml_name(file)}.log", "w") as log:
         try:
-            subprocess.run(cmd, cwd=work, env=_env(work, deps), stdout=log, stderr=subprocess.STDOUT,
-                           timeout=file_timeout)
+            subprocess.run(cmd, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=file_timeout,
+                           start_new_session=True)
         except subprocess.TimeoutExpired:
             log.write(f"\nnki_suite: file ran past {file_timeout} s\n")
     return time.perf_counter() - start
+
+
+def _from_jsonl(path: Path) -> tuple[Counter, str, int]:
+    """Outcomes from the plugin's per-case log of a process that did not finish: the case running
+    when it stopped counts as an error."""
+    counts, reason, started, done = Counter(), "", [], set()
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        if row["event"] == "start":
+            started.append(row["nodeid"])
+            continue
+        done.add(row["nodeid"])
+        outcome = {"passed": "passed", "skipped": "skipped"}.get(row["outcome"], "failure" if row["event"] == "call"
+                                                                  else "error")
+        counts[outcome] += 1
+        if outcome in ("failure", "error") and not reason:
+            reason = row["message"]
+    hung = [n for n in started if n not in done]
+    if hung:
+        counts["error"] += len(hung)
+        reason = reason or f"{hung[0].split('::')[-1]}: stopped by the file's time limit (a case ignored its own)"
+    return counts, reason, len(started)
 
 
 def _outcome(case) -> tuple[str, str]:
@@ -147,24 +170,25 @@ def report(out: Path) -> None:
     plan = json.loads((out / "plan.json").read_text())
     rows = []
     for file, entry in plan.items():
-        xml = out / f"{_xml_name(file)}.xml"
-        counts, reason = Counter(), ""
+        xml, jsonl = out / f"{_xml_name(file)}.xml", out / f"{_xml_name(file)}.jsonl"
+        counts, reason, selected = Counter(), "", 0
         if xml.exists():
             for case in ET.parse(xml).getroot().iter("testcase"):
                 outcome, message = _outcome(case)
                 counts[outcome] += 1
+                node = case.find("error")
+                selected += not (node is not None and node.get("message") == "collection failure")
                 if outcome in ("failure", "error") and not reason:
                     reason = message
-        elif not entry["ids"] and entry.get("collected"):
+        elif jsonl.exists():
+            counts, reason, selected = _from_jsonl(jsonl)
+        elif entry.get("collected") and not entry.get("expected"):
             reason = ("no case selected: every case is skipped in simulation (large shapes) or marked to run "
                       "outside it (trace_only / compile_only)")
         else:
             counts["error"] += 1
-            log = out / f"{_xml_name(file)}.log"
-            reason = "no junit result (file timed out or the process died)"
-            if log.exists() and "ran past" in log.read_text()[-200:]:
-                reason = "file ran past its time limit"
-        rows.append((file, entry["platform"], len(entry["ids"]), counts["passed"], counts["failure"],
+            reason = "no result (the process died before its first case)"
+        rows.append((file, entry["platform"], selected, counts["passed"], counts["failure"],
                      counts["skipped"], counts["error"], reason))
     with open(out / "summary.tsv", "w") as f:
         f.write("file\tplatform\tselected\tpassed\tfailed\tskipped\terrors\tfirst failure reason\n")
@@ -237,19 +261,19 @@ def main(argv=None) -> int:
         with open(out / "collect.tsv", "w") as f:
             f.write("file\tplatform\tcollected\tfast\tselected\n")
             for file, entry in plan.items():
-                entry["ids"] = select(entry["rows"], args.per_file)
+                entry["expected"] = expected(entry["rows"], args.per_file)
                 f.write(f"{file}\t{entry['platform']}\t{len(entry['rows'])}\t{sum(r['fast'] for r in entry['rows'])}"
-                        f"\t{len(entry['ids'])}\n")
-        (out / "plan.json").write_text(json.dumps({f: {"platform": e["platform"], "ids": e["ids"],
+                        f"\t{entry['expected']}\n")
+        (out / "plan.json").write_text(json.dumps({f: {"platform": e["platform"], "expected": e["expected"],
                                                        "collected": len(e["rows"])}
                                                    for f, e in plan.items()}, indent=1))
         for file, entry in plan.items():
-            if entry["rows"] and not entry["ids"]:
+            if entry["rows"] and not entry["expected"]:
                 print(f"{file}: no case selected (the library skips every case in simulation)", flush=True)
                 continue
-            seconds = run_file(work, out, args.python, args.deps, file, entry["platform"], entry["ids"],
+            seconds = run_file(work, out, args.python, args.deps, file, entry["platform"], args.per_file,
                                args.file_timeout)
-            print(f"{file}: {len(entry['ids'])} cases, {seconds:.0f} s", flush=True)
+            print(f"{file}: {seconds:.0f} s", flush=True)
     report(out)
     return 0
 

@@ -72,8 +72,9 @@ def pytest_sessionstart(session):
         orchestrator.Orchestrator._compiled_kernel = None
 
 
-class CaseTimeout(Exception):
-    pass
+class CaseTimeout(BaseException):
+    """A BaseException, so that a kernel's or the orchestrator's `except Exception` cannot swallow
+    it; pytest still records it as the case's failure."""
 
 
 def _on_alarm(signum, frame):
@@ -100,9 +101,69 @@ def pytest_collection_finish(session):
         return
     import json
 
-    forced = ("trace_only", "compile_only", "compile_and_infer")  # markers that override --test-mode
     rows = [{"nodeid": item.nodeid, "file": str(item.path), "fast": item.get_closest_marker("fast") is not None,
-             "skipped": any(m.name == "skip" for m in item.iter_markers()),
-             "forced_mode": next((m for m in forced if item.get_closest_marker(m)), None)} for item in session.items]
+             "runnable": runnable(item)} for item in session.items]
     with open(path, "w") as f:
         json.dump(rows, f)
+
+
+# ---------------------------------------------------------------------------- the harness's subset
+# Applied in the process that runs the file (NKI_SUITE_PER_FILE set), after the library's conftest
+# has marked its simulation skips and pytest has deselected by platform: the same items the run
+# collects, so sweeps drawn at import time cannot differ between selection and run.
+LARGE = ("4096", "5120", "8192", "16384", "32768", "36864")
+FORCED = ("trace_only", "compile_only", "compile_and_infer")  # markers that override --test-mode
+
+
+def runnable(item) -> bool:
+    return (not any(m.name == "skip" for m in item.iter_markers())
+            and not any(item.get_closest_marker(m) for m in FORCED)
+            and not any(p in item.nodeid for p in LARGE))
+
+
+def select(items, per_file):
+    """Per file: its `fast` cases that can run in simulation, or, where there are none, all its
+    cases that can; the first `per_file` of them (0: all) in collection order."""
+    by_file = {}
+    for item in items:
+        by_file.setdefault(str(item.path), []).append(item)
+    keep = []
+    for group in by_file.values():
+        pool = [i for i in group if i.get_closest_marker("fast") and runnable(i)] or [i for i in group if runnable(i)]
+        keep.extend(pool[:per_file] if per_file else pool)
+    return keep
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    per_file = os.environ.get("NKI_SUITE_PER_FILE")
+    if per_file is None:
+        return
+    keep = set(map(id, select(items, int(per_file))))
+    dropped = [i for i in items if id(i) not in keep]
+    items[:] = [i for i in items if id(i) in keep]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+
+
+# ---------------------------------------------------------------------------- results as they come
+def _log(row):
+    path = os.environ.get("NKI_SUITE_RESULTS_JSONL")
+    if path:
+        import json
+        with open(path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+def pytest_runtest_logstart(nodeid, location):
+    _log({"nodeid": nodeid, "event": "start"})
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" or report.outcome != "passed":
+        message = ""
+        if report.outcome == "failed":
+            crash = getattr(report.longrepr, "reprcrash", None)
+            message = crash.message if crash is not None else str(report.longrepr)[-300:]
+        _log({"nodeid": report.nodeid, "event": report.when, "outcome": report.outcome,
+              "message": message.strip().splitlines()[0][:300] if message.strip() else ""})

@@ -302,3 +302,37 @@ def test_dma_compute_rules():
         kernel_with(reduce_op=nl.add, scales=[2.0, 1.0])(x, x)
     with pytest.raises(NKIError, match=r"dma_compute.*different sizes"):
         kernel_with(reduce_op=nl.add)(x, np.ones((8, 2), np.float32))
+
+
+# ---------------------------------------------------------------------------- out-of-bounds .ap() views
+def test_an_out_of_bounds_ap_view_is_reported_when_used_not_when_built():
+    # nki-library's output_projection_tkg builds a view per group in a loop and uses only those a
+    # later guard lets through; building one past the end is not an error, using it is.
+    @nki.jit
+    def guarded(x, n_groups):
+        out = nl.ndarray((n_groups, 128, 16), x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        for g in range(n_groups + 1):
+            view = t.ap(pattern=[[64, 128], [4, 16]], offset=g)  # g == 4 reaches element 64: past the row
+            assert view.shape == (128, 16)
+            if g < n_groups:
+                r = nl.ndarray((128, 16), x.dtype, buffer=nl.sbuf)
+                nisa.tensor_copy(r, view)
+                nl.store(out[g], r)
+        return out
+
+    x = RNG.standard_normal((128, 64)).astype(np.float32)
+    out = guarded(x, 4)
+    for g in range(4):
+        np.testing.assert_array_equal(out[g], x[:, g::4])
+
+    @nki.jit
+    def used(x):
+        t = nl.load(x)
+        view = t.ap(pattern=[[64, 128], [4, 16]], offset=4)
+        r = nl.ndarray((128, 16), x.dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(r, view)
+
+    with pytest.raises(NKIError, match=r"nisa.tensor_copy: src is an access pattern that leaves its tensor: "
+                                       r"the free pattern \[\[4, 16\]\] from element 4 leaves"):
+        used(x)

@@ -20,6 +20,7 @@ from .. import elementwise as _ops
 from .. import indexing as _ix
 from ..errors import NKIError
 from ..runtime import PMAX, active, current
+from ..access_pattern import OutOfBoundsView as _OutOfBoundsView
 from ..tensor import NkiTensor, box
 from . import constants
 from . import constants as _constants
@@ -52,6 +53,10 @@ BN_AGGR_DIM = 2
 
 # ---------------------------------------------------------------------------- checks and helpers
 def _tensor(x, instr, role) -> NkiTensor:
+    if isinstance(x, _OutOfBoundsView):  # an .ap() view that leaves its tensor, now used
+        raise NKIError(instr, f"{role} is an access pattern that leaves its tensor: {x.error.rule}",
+                       "check the pattern's steps, counts and offset (the view was built at "
+                       f"{x.error.location})")
     if not isinstance(x, NkiTensor):
         raise NKIError(instr, f"{role} must be an NKI tensor, got {type(x).__name__}",
                        "allocate it with nl.ndarray or pass a kernel argument")

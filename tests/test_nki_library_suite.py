@@ -336,3 +336,25 @@ def test_an_out_of_bounds_ap_view_is_reported_when_used_not_when_built():
     with pytest.raises(NKIError, match=r"nisa.tensor_copy: src is an access pattern that leaves its tensor: "
                                        r"the free pattern \[\[4, 16\]\] from element 4 leaves"):
         used(x)
+
+
+# ---------------------------------------------------------------------------- a [P] tile indexed as [P, 1]
+def test_a_partition_only_tile_takes_a_second_index_as_its_one_column():
+    @nki.jit
+    def column_then_slice(x, j, n):
+        out = nl.ndarray((n, 1), x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        col = t[:, j]                 # [P]: the free axis indexed away
+        assert col.shape == (x.shape[0],)
+        nl.store(out, col[:n, :1])    # as the [P, 1] tile it occupies
+        return out
+
+    x = RNG.standard_normal((128, 6)).astype(np.float32)
+    np.testing.assert_array_equal(column_then_slice(x, 4, 100), x[:100, 4:5])
+
+    @nki.jit
+    def past_the_column(x):
+        nl.load(x)[:, 0][:, 1:2]
+
+    with pytest.raises(NKIError, match="out of bounds"):
+        past_the_column(x)

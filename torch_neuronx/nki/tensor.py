@@ -166,6 +166,11 @@ class NkiTensor:
         if any(isinstance(item, _ix.IndexExpr) for item in index):
             data, offset, partial = _ix.affine_view(self, index)
             return NkiTensor(self.alloc, data, offset, partial=partial, dtype=self.vdtype)
+        if self.buffer.on_chip and self.data.ndim == 1 and len(index) == 2 and Ellipsis not in index:
+            # A partition-only tile ([P], e.g. t[:, j] of a [P, F] tile) holds one element per
+            # partition: indexed with two indices it is the [P, 1] tile it occupies (nki-library's
+            # attention_cte slices range_select bounds `t[:, j][:n, :1]`).
+            return self.reshape((self.data.shape[0], 1))[index]
         data = self.data
         shape, strides = data.shape, data.strides
         items = []

@@ -78,7 +78,7 @@ class CaseTimeout(BaseException):
 
 
 def _on_alarm(signum, frame):
-    raise CaseTimeout(f"nki_suite: case ran past {os.environ.get('NKI_SUITE_CASE_TIMEOUT', '300')} s")
+    raise CaseTimeout(f"nki_suite: case ran past {os.environ.get('NKI_SUITE_CASE_TIMEOUT', '120')} s")
 
 
 @pytest.hookimpl(hookwrapper=True)

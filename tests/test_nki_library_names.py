@@ -193,7 +193,8 @@ def test_ap_scalar_offset_selects_at_run_time_along_indirect_dim():
 def test_ap_out_of_bounds_is_an_error(pattern, offset, match):
     @nki.jit
     def k(x):
-        nl.load(x).ap(pattern=pattern, offset=offset)
+        view = nl.load(x).ap(pattern=pattern, offset=offset)
+        nisa.memset(view, 0.0)  # a view that leaves its tensor is reported when an instruction uses it
 
     with pytest.raises(nki.NKIError, match=match):
         k(X)
@@ -202,7 +203,8 @@ def test_ap_out_of_bounds_is_an_error(pattern, offset, match):
 def test_ap_out_of_bounds_in_hbm_is_an_error():
     @nki.jit
     def k(x):
-        x.ap(pattern=[[64, 128], [1, 64]], offset=1)
+        view = x.ap(pattern=[[64, 128], [1, 64]], offset=1)
+        nisa.dma_copy(nl.ndarray((128, 64), x.dtype, buffer=nl.sbuf), view)
 
     with pytest.raises(nki.NKIError, match="outside the tensor's memory"):
         k(X)

@@ -43,12 +43,18 @@ def access_pattern(t, pattern, offset=0, scalar_offset=None, vector_offset=None,
     vstorage = _dt.storage_dtype(vdtype)
     item = vstorage.itemsize
     shape = tuple(n for _, n in pairs)
-    if t.buffer.on_chip:
-        strides, start = _on_chip_strides(t, pairs, offset, item)
-    else:
-        start = t.offset + offset * item
-        strides = tuple(s * item for s, _ in pairs)
-        _check_span(t, start, shape, strides, storage.nbytes, "the tensor's memory", item)
+    try:
+        if t.buffer.on_chip:
+            strides, start = _on_chip_strides(t, pairs, offset, item)
+        else:
+            start = t.offset + offset * item
+            strides = tuple(s * item for s, _ in pairs)
+            _check_span(t, start, shape, strides, storage.nbytes, "the tensor's memory", item)
+    except OutOfBounds as exc:
+        # Reported when an instruction uses the view, not when it is built: kernels build views in
+        # a loop and use only those a later guard lets through (nki-library's output_projection_tkg
+        # builds one past its last head group and skips it with `if h_2_idx < h_2_size`).
+        return OutOfBoundsView(exc, shape)
     if vstorage == storage.dtype:
         # Allocations are C-contiguous, so the flat view shares their memory (reshape copies nothing).
         base = storage.reshape(-1)[start // item:]
@@ -60,6 +66,30 @@ def access_pattern(t, pattern, offset=0, scalar_offset=None, vector_offset=None,
         from .tensor import _INDIRECT
         _INDIRECT.add(out)
     return out
+
+
+class OutOfBounds(NKIError):
+    """An access pattern that leaves its tensor (raised when an instruction uses the view)."""
+
+
+class OutOfBoundsView:
+    """What `t.ap(...)` returns for a pattern that leaves `t`: its shape, and the error, raised as
+    soon as anything else of it is read or an instruction is given it."""
+
+    __slots__ = ("error", "shape")
+
+    def __init__(self, error, shape):
+        self.error = error
+        self.shape = shape
+
+    def __getattr__(self, name):
+        raise self.error
+
+    def __getitem__(self, index):
+        raise self.error
+
+    def __repr__(self):
+        return f"<out-of-bounds access pattern: {self.error.rule}>"
 
 
 def _view_dtype(vdtype, alloc_dtype):
@@ -143,11 +173,11 @@ def _on_chip_strides(t, pairs, offset, item):
                        "a partition", "the first [step, num] pair moves whole partitions")
     pstep //= free_size
     if p0 < 0 or pstep < 0 or p0 + (pnum - 1) * pstep >= t.partitions:
-        raise NKIError(_INSTR, f"partitions {p0}..{p0 + (pnum - 1) * pstep} leave the tensor's "
+        raise OutOfBounds(_INSTR, f"partitions {p0}..{p0 + (pnum - 1) * pstep} leave the tensor's "
                        f"{t.partitions} partitions")
     last = f0 + sum((n - 1) * s for s, n in free)
     if any(s < 0 for s, _ in free) or last >= free_size:
-        raise NKIError(_INSTR, f"the free pattern {[list(p) for p in free]} from element {f0} leaves a "
+        raise OutOfBounds(_INSTR, f"the free pattern {[list(p) for p in free]} from element {f0} leaves a "
                        f"partition's {free_size} elements")
     start = t.offset + p0 * row_step + f0 * item
     return (pstep * row_step,) + tuple(s * item for s, _ in free), start
@@ -166,7 +196,7 @@ def _check_span(t, start, shape, strides, nbytes, what, item):
     lo = start + sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
     hi = start + sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
     if lo < 0 or hi + item > nbytes:
-        raise NKIError(_INSTR, f"the pattern reaches elements {lo // item}..{hi // item}, outside {what} "
+        raise OutOfBounds(_INSTR, f"the pattern reaches elements {lo // item}..{hi // item}, outside {what} "
                        f"({nbytes // item} elements)", "check the pattern's steps, counts and offset")
 
 

@@ -73,6 +73,13 @@ class PackedX4:
         # packed tensor says what it holds. nl.static_cast(values, nl.float8_e4m3fn_x4) makes one.
         self.host = np.dtype(self.storage, metadata={"nki_dtype": name})
 
+    @property
+    def dtype(self) -> np.dtype:
+        """NumPy's dtype protocol (`np.dtype(x)` reads `x.dtype`): `np.zeros(shape,
+        dtype=nl.float8_e4m3fn_x4)`, as nki-library's tests allocate packed outputs on the host, is
+        an array of the tagged containers (`host`), which a kernel takes as a tensor of this type."""
+        return self.host
+
     def __repr__(self):
         return f"nl.{self.name}"
 

@@ -174,6 +174,11 @@ class NkiTensor:
             # a partial access pattern that the instruction's mask must cover, as for nl.arange.
             data, offset, partial = _ix.affine_view(self, _slices_as_exprs(index, self.data.shape))
             return NkiTensor(self.alloc, data, offset, partial=partial, dtype=self.vdtype)
+        if self.buffer.on_chip and self.data.ndim == 1 and len(index) == 2 and Ellipsis not in index:
+            # A partition-only tile ([P], e.g. t[:, j] of a [P, F] tile) holds one element per
+            # partition: indexed with two indices it is the [P, 1] tile it occupies (nki-library's
+            # attention_cte slices range_select bounds `t[:, j][:n, :1]`).
+            return self.reshape((self.data.shape[0], 1))[index]
         data = self.data
         shape, strides = data.shape, data.strides
         items = []
@@ -195,7 +200,10 @@ class NkiTensor:
             n = shape[axis]
             if isinstance(item, DynSlice):
                 start, stop, step = item.start, item.start + item.size * item.step, item.step
-                if item.size <= 0 or step <= 0 or start < 0 or start + (item.size - 1) * step >= n:
+                # size 0 is an empty view, as the slice t[a:a] is (nki-library's cross_entropy gives a
+                # core no positions with nl.ds(offset, 0) and never touches the view)
+                empty = item.size == 0 and 0 <= start <= n
+                if not empty and (item.size <= 0 or step <= 0 or start < 0 or start + (item.size - 1) * step >= n):
                     raise NKIError("tensor indexing", f"{item!r} is out of bounds for axis {axis} of size {n}",
                                    f"tensor shape {shape}")
                 items.append(slice(start, stop, step))
@@ -606,8 +614,11 @@ class NkiTensor:
         return nl.negative(self)
 
     def __bool__(self):
-        raise NKIError("tensor truth value", "a tensor has no Python truth value at trace time",
-                       "loops and `if` are resolved at trace time on Python values only")
+        # A tensor is a reference to memory, not a value: as in AWS's NKI (whose NkiTensor defines no
+        # truth value, so Python's default applies), it is true. Kernels test optional tensor
+        # arguments with it (nki-library's `if params.expert_params.expert_index:`); a tile's
+        # *values* cannot steer trace-time Python (compare into a mask and select instead).
+        return True
 
 
 def _slices_past_end(index, shape) -> bool:

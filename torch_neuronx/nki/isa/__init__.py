@@ -20,6 +20,7 @@ from .. import elementwise as _ops
 from .. import indexing as _ix
 from ..errors import NKIError
 from ..runtime import PMAX, active, current
+from ..access_pattern import OutOfBoundsView as _OutOfBoundsView
 from ..tensor import NkiTensor, box
 from . import constants
 from . import constants as _constants
@@ -52,6 +53,10 @@ BN_AGGR_DIM = 2
 
 # ---------------------------------------------------------------------------- checks and helpers
 def _tensor(x, instr, role) -> NkiTensor:
+    if isinstance(x, _OutOfBoundsView):  # an .ap() view that leaves its tensor, now used
+        raise NKIError(instr, f"{role} is an access pattern that leaves its tensor: {x.error.rule}",
+                       "check the pattern's steps, counts and offset (the view was built at "
+                       f"{x.error.location})")
     if not isinstance(x, NkiTensor):
         pending = getattr(type(x), "NOT_A_TILE", None)  # e.g. nl.loop_reduce's result: says what to do instead
         raise NKIError(instr, f"{role} must be an NKI tensor, got {pending[0] if pending else type(x).__name__}",

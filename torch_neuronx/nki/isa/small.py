@@ -1,8 +1,11 @@
 """Smaller `nki.isa` names AWS's nki-library kernels call: the NeuronCore generation
 (`get_nc_version`, `nc_version`), the DMA engine's transpose (`dma_transpose`), the Vector
 Engine's top-8 search (`max8`, `nc_find_index8`, `nc_match_replace8`) the GpSimd Engine's
-per-partition gather and nonzero search (`nc_n_gather`, `nonzero_with_count`) and the Vector
-Engine's cross-partition shuffle (`nc_stream_shuffle`). Semantics and limits are AWS's NKI ISA reference
+per-partition gather and nonzero search (`nc_n_gather`, `nonzero_with_count`), the Vector
+Engine's cross-partition shuffle (`nc_stream_shuffle`), and the instructions nki-library's own test
+suite stopped on (scripts/nki_suite/library.py): the GpSimd cross-partition reduction
+(`tensor_partition_reduce`), the Vector Engine's predicated copy and index-window select
+(`tensor_copy_predicated`, `range_select`) and the DMA engines' sum (`dma_compute`). Semantics and limits are AWS's NKI ISA reference
 (Neuron SDK 2.29-2.33 pages of each name); docs/nki.md says what the simulator does.
 """
 
@@ -16,6 +19,7 @@ from .. import dtypes as _dt
 from ..errors import NKIError
 from ..runtime import active
 from ..targets import get_target
+from ..tensor import NkiTensor
 
 
 class nc_version(enum.IntEnum):  # noqa: N801 - the NKI name

@@ -25,6 +25,7 @@ import numpy as np
 from .. import dtypes as _dt
 from .. import indexing as _ix
 from .. import isa as _isa
+from ..access_pattern import OutOfBoundsView
 from ..errors import NKIError
 from ..runtime import ParDim, current
 from ..tensor import NkiTensor, psum, sbuf
@@ -41,7 +42,8 @@ def is_destination_form(signature: inspect.Signature, args, kwargs) -> bool:
         bound = signature.bind(*args, **kwargs)
     except TypeError:
         return False
-    return all(isinstance(value, NkiTensor) for role, value in bound.arguments.items() if role in _TENSOR_ROLES)
+    return all(isinstance(value, (NkiTensor, OutOfBoundsView)) for role, value in bound.arguments.items()
+               if role in _TENSOR_ROLES)
 
 
 def both_forms(destination, older, instr):

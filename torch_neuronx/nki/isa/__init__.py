@@ -656,11 +656,13 @@ def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False
     t1 = _ops.resolve(op1, instr, 2)
     x = f0(_f32_2d(data), reverse0)
     y = _f32_2d(other)
-    _write(dst, t1.fn(y, x) if reverse1 else t1.fn(x, y))
+    result = t1.fn(y, x) if reverse1 else t1.fn(x, y)
+    _write(dst, result)
     writes = [dst]
     if reducing:
         lanes = _lanes(data)
-        _accumulate(instr, "vector", cmd, lanes, rtoken, _partial_reduce(dst, rtoken) if cmd != "reset" else None)
+        _accumulate(instr, "vector", cmd, lanes, rtoken,
+                    _partial_reduce(dst, rtoken, result) if cmd != "reset" else None)
         if res is not None:
             _write(res, _read_registers(instr, "vector", lanes))
             writes.append(res)
@@ -863,10 +865,25 @@ def _register_op(instr, reduce_op, allowed=_REGISTER_OPS):
     return token
 
 
-def _partial_reduce(t: NkiTensor, token) -> np.ndarray:
-    """Per-partition reduction of t's values as written (after the cast to its dtype), masked-out
-    elements excluded: [P, 1] float32."""
-    written = _masked_input(t, _f32_2d(t), _IDENTITY.get(token.name, 0))
+def _as_written(t: NkiTensor, values) -> np.ndarray:
+    """The float32 `values` an instruction computes for t, cast to t's dtype (the cast on output)
+    as [P, F] float32: what the engine's reduction sees. Not read back from t's memory: a
+    destination access pattern with a zero step (nki-library's `act.ap([[1, n], [0, H]])`, which
+    keeps only one element per partition of the activation it does not need) stores every value
+    on the same element, yet the reduction runs over every computed value (AWS: the reduction of
+    the activated data / of the tensor_scalar result)."""
+    values = np.asarray(values, np.float32).reshape(t.shape)
+    cast = np.empty(t.shape, t.data.dtype)
+    _dt.cast_into(cast, values, t.dtype)
+    return cast.reshape(t.partitions, -1).astype(np.float32, copy=False)
+
+
+def _partial_reduce(t: NkiTensor, token, values=None) -> np.ndarray:
+    """Per-partition reduction of the values written to t (`values`, the instruction's float32
+    results, after the cast to t's dtype; without `values`, t's elements), masked-out elements
+    excluded: [P, 1] float32."""
+    written = _f32_2d(t) if values is None else _as_written(t, values)
+    written = _masked_input(t, written, _IDENTITY.get(token.name, 0))
     return token.reducer.reduce(written, axis=1, keepdims=True).astype(np.float32)
 
 
@@ -902,7 +919,7 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
     writes = [dst]
     lanes = _lanes(data)
     if cmd != "idle":
-        partial = _partial_reduce(dst, rtoken) if cmd != "reset" else None
+        partial = _partial_reduce(dst, rtoken, y) if cmd != "reset" else None
         _accumulate(instr, "scalar", cmd, lanes, rtoken, partial)
     if res is not None:
         _write(res, _read_registers(instr, "scalar", lanes))
@@ -956,10 +973,11 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
         init = np.broadcast_to(init, (data.partitions, 1)).reshape(-1)
         if init_tensor is not None:
             reads.append(init_tensor)
-    _write(dst, f0(_f32_2d(data), reverse0))
+    result = f0(_f32_2d(data), reverse0)
+    _write(dst, result)
     writes = [dst]
     lanes = _lanes(data)
-    partial = _partial_reduce(dst, rtoken) if cmd != "reset" else None
+    partial = _partial_reduce(dst, rtoken, result) if cmd != "reset" else None
     if cmd == "idle":
         out = partial
         if _issued():

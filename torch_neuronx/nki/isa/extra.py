@@ -262,7 +262,8 @@ def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=None, reduc
     reads = [src]
     m, mt = isa._scalar_operand(max_value, instr, "max_value", src.partitions, "vector")
     reads += [mt] if mt is not None else []
-    isa._write(dst, _ops.UNARY["exp"].fn(isa._f32_2d(src) - m))
+    result = _ops.UNARY["exp"].fn(isa._f32_2d(src) - m)
+    isa._write(dst, result)
     writes = [dst]
     lanes = isa._lanes(dst)
     add = _ops.BINARY["add"]
@@ -275,7 +276,7 @@ def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=None, reduc
             init, it = isa._scalar_operand(reduce_init, instr, "reduce_init", src.partitions, "vector")
             init = np.broadcast_to(init, (src.partitions, 1)).reshape(-1)
             reads += [it] if it is not None else []
-        isa._accumulate(instr, "vector", cmd, lanes, add, isa._partial_reduce(dst, add), init)
+        isa._accumulate(instr, "vector", cmd, lanes, add, isa._partial_reduce(dst, add, result), init)
         if res is not None:
             isa._write(res, isa._read_registers(instr, "vector", lanes))
             writes.append(res)
@@ -338,24 +339,25 @@ def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=Fals
         reads += [t] if t is not None else []
         fn = _ops.BINARY[name_].fn
         x = fn(value, x) if rev else fn(x, value)
-    isa._write(dst, token.fn(x))
+    result = token.fn(x)
+    isa._write(dst, result)
     writes = [dst]
     lanes = isa._lanes(data)
     if cmd != "idle":
         if rname in _ABS_REDUCTIONS:
             identity, fn = _ABS_REDUCTIONS[rname]
-            _abs_accumulate(instr, isa, cmd, lanes, identity, fn, dst)
+            _abs_accumulate(instr, isa, cmd, lanes, identity, fn, dst, result)
         else:
             rtoken = _ops.BINARY[rname]
             isa._accumulate(instr, "scalar", cmd, lanes, rtoken,
-                            isa._partial_reduce(dst, rtoken) if cmd != "reset" else None)
+                            isa._partial_reduce(dst, rtoken, result) if cmd != "reset" else None)
     if res is not None:
         isa._write(res, isa._read_registers(instr, "scalar", lanes))
         writes.append(res)
     isa._record(instr, "scalar", writes, reads, ("elementwise", dst.free_size))
 
 
-def _abs_accumulate(instr, isa, cmd, lanes, identity, fn, dst):
+def _abs_accumulate(instr, isa, cmd, lanes, identity, fn, dst, result):
     """The registers with abs_max / abs_min (tokens the register helpers do not know)."""
     if not isa._issued():
         return
@@ -369,7 +371,7 @@ def _abs_accumulate(instr, isa, cmd, lanes, identity, fn, dst):
         raise NKIError(instr, f"reduce_cmd={cmd} accumulates onto the Scalar Engine's accumulation registers of "
                        f"partitions {lanes.start}..{lanes.stop - 1}, but no instruction of this program has set them",
                        "start with reduce_cmd=nisa.reduce_cmd.reset_reduce")
-    written = isa._masked_input(dst, isa._f32_2d(dst), identity)
+    written = isa._masked_input(dst, isa._as_written(dst, result), identity)
     partial = np.abs(written).max(axis=1) if identity == 0 else np.abs(written).min(axis=1)
     regs.values[lanes] = fn(regs.values[lanes], partial)
 

@@ -30,16 +30,15 @@ time:
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import difflib
 import functools
 import pathlib
 import re
-import sys
 
 import torch
 
+from torch_neuronx import generated_page
 from torch_neuronx.ops import evidence, sparse
 from torch_neuronx.ops.registry import (
     DATA_DEPENDENT_SHAPE, DATA_MOVEMENT, DIRECT_KERNELS, FP8_COMPUTE, HOST_FALLBACK, NATIVE_OPS, base_name,
@@ -484,22 +483,8 @@ def page_is_current(text: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m torch_neuronx.op_support", description=__doc__.split("\n\n")[0])
-    action = parser.add_mutually_exclusive_group(required=True)
-    action.add_argument("--write", action="store_true", help=f"write {PAGE.name}")
-    action.add_argument("--check", action="store_true", help="exit 1 when the page is out of date")
-    parser.add_argument("--output", type=pathlib.Path, default=PAGE, help="the page (default: %(default)s)")
-    args = parser.parse_args(argv)
-    page = render_page()
-    if args.write:
-        args.output.write_text(page)
-        print(f"wrote {args.output} ({page.count(chr(10))} lines)")
-        return 0
-    if args.output.exists() and page_is_current(args.output.read_text()):
-        return 0
-    print(f"{args.output} is out of date: run {REGENERATE}", file=sys.stderr)
-    return 1
-
+    return generated_page.main(argv, prog="python -m torch_neuronx.op_support", description=__doc__.split("\n\n")[0], page=PAGE,
+                               render=render_page, is_current=page_is_current, regenerate=REGENERATE)
 
 if __name__ == "__main__":
     raise SystemExit(main())

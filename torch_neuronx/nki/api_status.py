@@ -18,12 +18,11 @@ next regeneration.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import pathlib
-import sys
 import types
 
+from .. import generated_page
 from .api_reference import REFERENCES, REPOSITORY
 
 PAGE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "nki-api.md"
@@ -221,23 +220,8 @@ def page_is_current(text: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m torch_neuronx.nki.api_status",
-                                     description=__doc__.split("\n\n")[0])
-    action = parser.add_mutually_exclusive_group(required=True)
-    action.add_argument("--write", action="store_true", help=f"write {PAGE.name}")
-    action.add_argument("--check", action="store_true", help="exit 1 when the page is out of date")
-    parser.add_argument("--output", type=pathlib.Path, default=PAGE, help="the page (default: %(default)s)")
-    args = parser.parse_args(argv)
-    page = render_page()
-    if args.write:
-        args.output.write_text(page)
-        print(f"wrote {args.output} ({page.count(chr(10))} lines)")
-        return 0
-    if args.output.exists() and page_is_current(args.output.read_text()):
-        return 0
-    print(f"{args.output} is out of date: run {REGENERATE}", file=sys.stderr)
-    return 1
-
+    return generated_page.main(argv, prog="python -m torch_neuronx.nki.api_status", description=__doc__.split("\n\n")[0], page=PAGE,
+                               render=render_page, is_current=page_is_current, regenerate=REGENERATE)
 
 if __name__ == "__main__":
     raise SystemExit(main())

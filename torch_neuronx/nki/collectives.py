@@ -183,11 +183,17 @@ def all_reduce(srcs, dsts, replica_group, op, priority=None, name=None) -> None:
         _shape_rule(instr, s.shape == d.shape, f"dst shape {d.shape} differs from src shape {s.shape}")
     got = _exchange(instr, run, group, [_snapshot(s) for s in srcs])
     for i, d in enumerate(dsts):
-        acc = None
-        for r in group:
-            values, dtype = got[r][i]
-            acc = _f32(values, dtype) if acc is None else token.fn(acc, _f32(values, dtype))
+        acc = _reduce_ranks(got, group, i, token)
         _put(instr, d, acc, np.float32, [srcs[i]])
+
+
+def _reduce_ranks(got, group, i, token) -> np.ndarray:
+    """The ranks' i-th tensors of an exchange combined with `token`, in rank-list order, in float32."""
+    acc = None
+    for r in group:
+        values, dtype = got[r][i]
+        acc = _f32(values, dtype) if acc is None else token.fn(acc, _f32(values, dtype))
+    return acc
 
 
 def all_gather(srcs, dsts, replica_group, collective_dim, priority=None, name=None) -> None:
@@ -225,10 +231,7 @@ def reduce_scatter(srcs, dsts, replica_group, collective_dim, op, priority=None,
                     f"dst shape {d.shape} is not src shape {s.shape} with axis 0 divided by the {n} ranks")
     got = _exchange(instr, run, group, [_snapshot(s) for s in srcs])
     for i, d in enumerate(dsts):
-        acc = None
-        for r in group:
-            values, dtype = got[r][i]
-            acc = _f32(values, dtype) if acc is None else token.fn(acc, _f32(values, dtype))
+        acc = _reduce_ranks(got, group, i, token)
         size = acc.shape[0] // n
         _put(instr, d, acc[me * size:(me + 1) * size], np.float32, [srcs[i]])
 

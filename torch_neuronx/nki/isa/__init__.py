@@ -428,13 +428,7 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     if n > MOVING_FMAX:
         raise NKIError(instr, f"moving free size {n} exceeds nl.tile_size.gemm_moving_fmax ({MOVING_FMAX})",
                        "split N into tiles of at most 512")
-    if dst.partitions != m or dst.free_size != n:
-        raise NKIError(instr, f"dst shape {dst.shape} must be [M, N] = [{m}, {n}] "
-                       f"for stationary {st.shape} and moving {mv.shape}")
-    if dst.dtype != _dt.float32:
-        raise NKIError(instr, f"dst dtype {_dt.name(dst.dtype)}: matmul results are float32 in PSUM",
-                       "allocate the PSUM tile with dtype=nl.float32")
-    _check_psum_bank(instr, dst)
+    _check_matmul_result(instr, dst, m, n, f"stationary {st.shape} and moving {mv.shape}")
     fp32_in = (_dt.is_fp32_like(st.dtype), _dt.is_fp32_like(mv.dtype))
     if fp32_in[0] != fp32_in[1]:
         raise NKIError(instr, f"operand dtypes {_dt.name(st.dtype)} and {_dt.name(mv.dtype)}: "
@@ -472,15 +466,8 @@ def _double_row_matmul(instr, dst, st, mv, accumulate):
     if m > STATIONARY_FMAX or n > MOVING_FMAX:
         raise NKIError(instr, f"double_row operands [K, 2, {m}] and [K, 2, {n}]: M must be <= {STATIONARY_FMAX} "
                        f"and N <= {MOVING_FMAX}")
-    if dst.partitions != m or dst.free_size != n:
-        raise NKIError(instr, f"dst shape {dst.shape} must be [M, N] = [{m}, {n}] for double_row operands "
-                       f"{st.shape} and {mv.shape}")
-    if dst.dtype != _dt.float32:
-        raise NKIError(instr, f"dst dtype {_dt.name(dst.dtype)}: matmul results are float32 in PSUM",
-                       "allocate the PSUM tile with dtype=nl.float32")
-    _check_psum_bank(instr, dst)
-    a = _f32(st).astype(np.float32).reshape(k * 2, m) if st.data.flags.c_contiguous else \
-        np.ascontiguousarray(_f32(st)).reshape(k * 2, m)
+    _check_matmul_result(instr, dst, m, n, f"double_row operands {st.shape} and {mv.shape}")
+    a = np.ascontiguousarray(_f32(st)).reshape(k * 2, m)
     b = np.ascontiguousarray(_f32(mv)).reshape(k * 2, n)
     _matmul_write(dst, a.T @ b, accumulate, None)
     dtype_name = _dt.name(mv.dtype)
@@ -526,6 +513,16 @@ def _matmul_write(dst, result, accumulate, where=None, adds=(ACC_OPEN,), instr="
         result = _f32(dst) + result
     _store(dst, result, where)
     _set_group(dst, ACC_OPEN, _mask_for(dst) if where is None else where)
+
+
+def _check_matmul_result(instr, dst, m, n, operands: str) -> None:
+    """A matmul's destination: [M, N] float32 within one PSUM bank."""
+    if dst.partitions != m or dst.free_size != n:
+        raise NKIError(instr, f"dst shape {dst.shape} must be [M, N] = [{m}, {n}] for {operands}")
+    if dst.dtype != _dt.float32:
+        raise NKIError(instr, f"dst dtype {_dt.name(dst.dtype)}: matmul results are float32 in PSUM",
+                       "allocate the PSUM tile with dtype=nl.float32")
+    _check_psum_bank(instr, dst)
 
 
 def _check_psum_bank(instr, dst):

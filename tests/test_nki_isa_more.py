@@ -780,3 +780,41 @@ def test_value_forms_of_the_previous_reference():
     np.testing.assert_array_equal(bounds, _bounds_ref(ids[0]).astype(np.int32))
     j = np.arange(12)
     np.testing.assert_array_equal(window, np.where((j >= 2) & (j < 5), x, FP32_MIN))
+
+
+def _matmul_into(psum_dtype, is_transpose, target):
+    def kernel(a, ident):
+        st, mv = nl.load(a), nl.load(ident)
+        res = nl.ndarray((a.shape[1], ident.shape[1]), dtype=psum_dtype, buffer=nl.psum)
+        nisa.nc_matmul(dst=res, stationary=st, moving=mv, is_transpose=is_transpose)
+        out = nl.ndarray(res.shape, dtype=psum_dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(res.shape, dtype=psum_dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=t, src=res)
+        nl.store(out, t)
+        return out
+    return nki.jit(kernel, platform_target=target)
+
+
+@pytest.mark.parametrize("target", ["trn2", "trn3"])
+def test_nc_matmul_transpose_mode_writes_16_bit_psum_bit_accurately(target):
+    """AWS's Trainium2 guide: from NeuronCore-v3 the transpose mode writes a BF16/FP16 input's own
+    dtype to PSUM and moves NaN/Inf bit-accurately (nki-library's MoE CTE transposes so at gen3)."""
+    a = RNG.standard_normal((64, 32)).astype(ml_dtypes.bfloat16)
+    a[3, 5], a[10, 0] = np.nan, np.inf
+    ident = np.eye(64, dtype=ml_dtypes.bfloat16)
+    got = _matmul_into(nl.bfloat16, True, target)(a, ident)
+    np.testing.assert_array_equal(got.view(np.uint16), a.T.view(np.uint16))
+
+
+def test_nc_matmul_16_bit_psum_rules_per_generation():
+    a = RNG.standard_normal((64, 32)).astype(ml_dtypes.bfloat16)
+    ident = np.eye(64, dtype=ml_dtypes.bfloat16)
+    with pytest.raises(nki.NKIError, match="matmul results are float32 in PSUM"):
+        _matmul_into(nl.bfloat16, False, "trn2")(a, ident)  # a plain matmul: float32 on NeuronCore-v3
+    with pytest.raises(nki.NKIError, match="matmul results are float32 in PSUM"):
+        _matmul_into(nl.bfloat16, True, "trn1")(a, ident)  # no transpose mode on NeuronCore-v2
+    with pytest.raises(nki.NKIError, match="matmul results are float32 in PSUM"):
+        _matmul_into(nl.float16, True, "trn2")(a, ident)  # transpose mode writes the input's own dtype
+    b = RNG.standard_normal((64, 48)).astype(ml_dtypes.bfloat16)
+    want = (a.astype(np.float32).T @ b.astype(np.float32)).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(_matmul_into(nl.bfloat16, False, "trn3")(a, b), want)  # bf16 dst on v4

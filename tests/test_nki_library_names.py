@@ -185,6 +185,34 @@ def test_ap_scalar_offset_selects_at_run_time_along_indirect_dim():
     np.testing.assert_array_equal(k(logits, targets)[:, 0], logits[np.arange(4), targets[0]])
 
 
+@pytest.mark.parametrize("row, skip", [(1, True), (3, True), (-1000000, True), (3, False), (-1000000, False)])
+def test_ap_scalar_offset_outside_the_tensor_is_skipped_only_with_oob_mode_skip(row, skip):
+    """nki-library's indexed_flatten scatters rows to run-time offsets and marks unused ones with an
+    invalid offset, relying on oob_mode=skip; a pattern that leaves the tensor partly writes its
+    in-bounds rows only. Without skip it is an error, as before."""
+    src = RNG.standard_normal((2, 8), dtype=np.float32)
+
+    @nki.jit
+    def k(src, offs):
+        out = nl.ndarray((4, 8), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(out, nl.zeros((4, 8), nl.float32, buffer=nl.sbuf))
+        off = nl.load(offs)
+        nisa.dma_copy(dst=out.ap(pattern=[[8, 2], [1, 8]], offset=0, scalar_offset=off, indirect_dim=0),
+                      src=nl.load(src), oob_mode=nisa.oob_mode.skip if skip else None)
+        return out
+
+    offs = np.array([[row]], np.int32)
+    if not skip and not 0 <= row <= 2:
+        with pytest.raises(nki.NKIError, match="outside"):
+            k(src, offs)
+        return
+    want = np.zeros((4, 8), np.float32)
+    for i in range(2):
+        if 0 <= row + i < 4:
+            want[row + i] = src[i]
+    np.testing.assert_array_equal(k(src, offs), want)
+
+
 @pytest.mark.parametrize("pattern, offset, match", [
     ([[64, 2], [1, 64]], 127 * 64, "leave the tensor's 128 partitions"),
     ([[64, 2], [1, 65]], 0, "leaves a partition's 64 elements"),
@@ -231,3 +259,57 @@ def test_accepted_options_do_not_change_results():
     np.testing.assert_allclose(k(a, b, 0.5), 0.5 * (a.T @ b), rtol=1e-4, atol=1e-4)
     assert nisa.constants.matmul_perf_mode is nisa.matmul_perf_mode
     assert isinstance(nl.bfloat16, nki.dtype) and nl.dtype is nki.dtype
+
+
+def test_nkiobject_classes_get_aws_default_initializer():
+    """AWS's language guide: with or without @dataclass, a class that writes no __init__ gets one
+    taking every field as an optional argument (None without a default), then __post_init__ runs.
+    nki-library's MoE configs are plain annotated classes built with keywords; moe_tkg leaves out a
+    field of an @dataclass."""
+    from dataclasses import dataclass, field
+
+    class Sizes(nl.NKIObject):
+        T: int
+        H: int = 0
+        scale = 1.5
+
+        def __post_init__(self):
+            self.TH = None if self.T is None else self.T * self.H
+
+    s = Sizes(T=4, H=8)
+    assert (s.T, s.H, s.scale, s.TH) == (4, 8, 1.5, 32)
+    assert (Sizes().T, Sizes().H, Sizes(2).H) == (None, 0, 0)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'X'"):
+        Sizes(X=1)
+    with pytest.raises(TypeError, match="multiple values for argument 'T'"):
+        Sizes(1, T=2)
+    with pytest.raises(TypeError, match="at most 3 positional"):
+        Sizes(1, 2, 3, 4)
+
+    class Bigger(Sizes):  # inherits the fields, adds one
+        E: int = 2
+
+    b = Bigger(1, 2, E=5)
+    assert (b.T, b.H, b.E, b.TH) == (1, 2, 5, 2)
+
+    @dataclass(frozen=True)
+    class Frozen(nl.NKIObject):
+        a: int
+        b: list = field(default_factory=list)
+        c: int = 7
+
+    f = Frozen(c=3)
+    assert (f.a, f.b, f.c) == (None, [], 3) and Frozen(1) == Frozen(1) and Frozen(1).b is not Frozen(1).b
+    with pytest.raises(AttributeError):
+        f.a = 2
+
+    class Own(nl.NKIObject):  # a class's own __init__ is kept, as AWS's compiler keeps it
+        x: int = 1
+
+        def __init__(self, y):
+            self.x = 2 * y
+
+    class OwnChild(Own):
+        z: int = 0
+
+    assert Own(3).x == 6 and OwnChild(4).x == 8

@@ -51,6 +51,11 @@ def access_pattern(t, pattern, offset=0, scalar_offset=None, vector_offset=None,
             strides = tuple(s * item for s, _ in pairs)
             _check_span(t, start, shape, strides, storage.nbytes, "the tensor's memory", item)
     except OutOfBounds as exc:
+        if scalar_offset is not None and not t.buffer.on_chip and vstorage == storage.dtype:
+            # A run-time offset that leaves the tensor: per element, as a DMA with
+            # oob_mode=skip leaves those writes out (nki-library's indexed_flatten marks unused rows
+            # with an invalid offset and skips them); without skip the instruction still refuses it.
+            return _dynamic_out_of_bounds_view(t, pairs, start // item, offset)
         # Reported when an instruction uses the view, not when it is built: kernels build views in
         # a loop and use only those a later guard lets through (nki-library's output_projection_tkg
         # builds one past its last head group and skips it with `if h_2_idx < h_2_size`).
@@ -241,6 +246,20 @@ def _bounds(t):
     item = t.data.itemsize
     lo = t.offset // item
     return (lo, lo + t.data.size) if t.data.flags.c_contiguous else (0, t.alloc.storage.size)
+
+
+def _dynamic_out_of_bounds_view(t, pairs, first, offset):
+    """An HBM `.ap(..., scalar_offset=)` view that leaves the tensor: the elements it addresses,
+    each flagged in or out of bounds (indirect_view), so that oob_mode=skip can leave the outside
+    ones out and any other use names the offset."""
+    lo, hi = _bounds(t)
+    flat = np.full((1,) * len(pairs), first, dtype=np.int64)
+    for k, (step, num) in enumerate(pairs):
+        shape = [1] * len(pairs)
+        shape[k] = num
+        flat = flat + (step * np.arange(num, dtype=np.int64)).reshape(shape)
+    rows = np.full(pairs[0][1], offset, dtype=np.int64)
+    return indirect_view(t, flat, lo, hi, _INSTR, rows)
 
 
 def _vector_offset_view(t, pairs, offset, vector_offset, indirect_dim, dtype):

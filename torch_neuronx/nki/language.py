@@ -25,6 +25,7 @@ from . import allocation as _allocation
 from . import dtypes as _dt
 from .errors import NKIError
 from .indexing import arange, mgrid
+from .objects import NKIObject
 from .runtime import ParDim, current
 from .shared_constant import shared_constant
 from .spmd import nc, spmd_dim
@@ -96,38 +97,6 @@ class fp32:  # noqa: N801 - the NKI name
     positions with it rather than -inf, whose arithmetic (inf - inf = NaN) would spoil a softmax."""
 
     min = float(np.finfo(np.float32).min)
-
-
-class NKIObject:
-    """`nl.NKIObject`: the base of classes whose instances a kernel builds and passes around at trace
-    time (configs, tile plans, buffer bundles: AWS's nki-library derives its `@dataclass`es, frozen
-    or not, and plain classes with `__init__` and methods from it). Their fields hold Python values
-    and tiles resolved while tracing; AWS's compiler needs the base to trace them. The simulator runs
-    the kernel's Python as it is, so the base adds nothing: no state (`__slots__ = ()` keeps
-    subclasses' `__dict__`, dataclass equality and hashing their own).
-
-    One thing nki-library relies on (attention_cte's `SectionParams`): a `@dataclass` subclass's
-    plain class attributes without an annotation (`section_idx = None`) are constructor fields
-    (`SectionParams(section_idx=0)`). Python's dataclass ignores them, so each subclass gives them
-    an annotation when it is created (after the annotated ones, keeping their defaults); AWS does
-    not document this, its kernels just construct them so."""
-
-    __slots__ = ()
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        own = cls.__dict__.get("__annotations__")
-        if own is None:
-            own = {}
-            try:
-                cls.__annotations__ = own
-            except (AttributeError, TypeError):
-                return
-        for key, value in list(cls.__dict__.items()):
-            if (key.startswith("_") or key in own or callable(value)
-                    or isinstance(value, (staticmethod, classmethod, property))):
-                continue
-            own[key] = "typing.Any"
 
 
 def static_cast(x, dtype):

@@ -428,7 +428,8 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     if n > MOVING_FMAX:
         raise NKIError(instr, f"moving free size {n} exceeds nl.tile_size.gemm_moving_fmax ({MOVING_FMAX})",
                        "split N into tiles of at most 512")
-    _check_matmul_result(instr, dst, m, n, f"stationary {st.shape} and moving {mv.shape}")
+    _check_matmul_result(instr, dst, m, n, f"stationary {st.shape} and moving {mv.shape}",
+                         transpose_of=st if is_transpose else None)
     fp32_in = (_dt.is_fp32_like(st.dtype), _dt.is_fp32_like(mv.dtype))
     if fp32_in[0] != fp32_in[1]:
         raise NKIError(instr, f"operand dtypes {_dt.name(st.dtype)} and {_dt.name(mv.dtype)}: "
@@ -437,12 +438,22 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     for role, t in (("stationary", st), ("moving", mv)):
         if not _dt.is_float(t.dtype):
             raise NKIError(instr, f"{role} dtype {_dt.name(t.dtype)} is not a floating-point type")
-    result = _masked_input(st, _f32_2d(st), 0).T @ _masked_input(mv, _f32_2d(mv), 0)
+    if is_transpose and current(instr).target.neuron_core >= 3 and _is_identity(mv):
+        # NeuronCore-v3's transpose mode moves the data bit-accurately: NaN and Inf stay where they
+        # are instead of spreading through the products with the identity's zeros.
+        result = _masked_input(st, _f32_2d(st), 0).T.copy()
+    else:
+        result = _masked_input(st, _f32_2d(st), 0).T @ _masked_input(mv, _f32_2d(mv), 0)
     _matmul_write(dst, result, accumulate, _matmul_mask(dst, mv))
     dtype_name = _dt.name(mv.dtype if _dt.is_fp8(mv.dtype) and _dt.is_fp8(st.dtype) else
                           (st.dtype if fp32_in[0] else _dt.bfloat16))
     _record(instr, "tensor", [dst], [st, mv], ("matmul", m, n, dtype_name), flops=2 * k * m * n,
             matmul_dtype=dtype_name)
+
+
+def _is_identity(t) -> bool:
+    v = t.data.reshape(t.partitions, -1)
+    return v.shape[0] == v.shape[1] and np.array_equal(v.astype(np.float32), np.eye(v.shape[0], dtype=np.float32))
 
 
 def is_double_row(perf_mode, st, mv) -> bool:
@@ -515,12 +526,21 @@ def _matmul_write(dst, result, accumulate, where=None, adds=(ACC_OPEN,), instr="
     _set_group(dst, ACC_OPEN, _mask_for(dst) if where is None else where)
 
 
-def _check_matmul_result(instr, dst, m, n, operands: str) -> None:
-    """A matmul's destination: [M, N] float32 within one PSUM bank."""
+def _check_matmul_result(instr, dst, m, n, operands: str, transpose_of=None) -> None:
+    """A matmul's destination: [M, N] within one PSUM bank, float32, or as AWS's reference allows
+    beyond that: bfloat16 on NeuronCore-v4 (trn3); on NeuronCore-v3 and later the transpose mode
+    (`is_transpose=True`, `transpose_of` the stationary tile) writes a 16-bit input's own dtype."""
     if dst.partitions != m or dst.free_size != n:
         raise NKIError(instr, f"dst shape {dst.shape} must be [M, N] = [{m}, {n}] for {operands}")
-    if dst.dtype != _dt.float32:
-        raise NKIError(instr, f"dst dtype {_dt.name(dst.dtype)}: matmul results are float32 in PSUM",
+    core = current(instr).target.neuron_core
+    allowed = dst.dtype == _dt.float32 or (core >= 4 and dst.dtype == _dt.bfloat16)
+    if (not allowed and transpose_of is not None and core >= 3 and dst.dtype == transpose_of.dtype
+            and dst.dtype in (_dt.bfloat16, _dt.float16)):
+        allowed = True
+    if not allowed:
+        raise NKIError(instr, f"dst dtype {_dt.name(dst.dtype)}: matmul results are float32 in PSUM"
+                       + (" (bfloat16 too on NeuronCore-v4)" if core < 4 else " or bfloat16")
+                       + "; a 16-bit transpose (is_transpose=True, NeuronCore-v3 and later) writes the input's dtype",
                        "allocate the PSUM tile with dtype=nl.float32")
     _check_psum_bank(instr, dst)
 

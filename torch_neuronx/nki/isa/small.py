@@ -45,7 +45,7 @@ _DMA_TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
 
 def dma_transpose(dst, src, axes=None, dge_mode=None, oob_mode=None, priority=None, name=None):
     """`dst = src` with its axes permuted, by a DMA (src in HBM or SBUF): 2-D [1, 0], 3-D [2, 1, 0],
-    4-D [3, 1, 2, 0], the only permutations AWS supports. `dge_mode`: unknown (default) or hwdge,
+    4-D [3, 1, 2, 0], the only permutations AWS supports. `dge_mode`: unknown (default), none, or hwdge,
     which adds the hardware-DGE limits (src.shape[0] == 16, src.shape[-1] a multiple of 128, a
     2-byte dtype). A dtype difference between src and dst is cast, as dma_copy does."""
     from . import _access, _record, _store, _tensor, _write
@@ -63,9 +63,12 @@ def dma_transpose(dst, src, axes=None, dge_mode=None, oob_mode=None, priority=No
                        f"transposes only (1, 0), (2, 1, 0) and (3, 1, 2, 0)",
                        f"use axes={expected} (or omit axes) and rearrange the rest with access patterns")
     mode = dge_mode.name if isinstance(dge_mode, _dge) else ("unknown" if dge_mode is None else dge_mode)
-    if mode not in ("unknown", "hwdge"):
-        raise NKIError(instr, f"dge_mode={dge_mode!r}: a direct DMA transpose takes only dge_mode.unknown "
-                       "or dge_mode.hwdge", "omit dge_mode")
+    # AWS's reference lists unknown and hwdge for a direct transpose; nki-library's mlp_tkg (a
+    # production kernel) passes dge_mode.none (descriptors built ahead of time), so none is taken
+    # too, with no limits beyond the direct transpose's. swdge is the indirect (gather) transpose.
+    if mode not in ("unknown", "hwdge", "none"):
+        raise NKIError(instr, f"dge_mode={dge_mode!r}: a direct DMA transpose takes only dge_mode.unknown, "
+                       "dge_mode.hwdge or dge_mode.none", "omit dge_mode")
     if mode == "hwdge" and (src.shape[0] != 16 or src.shape[-1] % 128 or np.dtype(src.data.dtype).itemsize != 2):
         raise NKIError(instr, f"a hardware-DGE transpose needs src.shape[0] == 16, src.shape[-1] a multiple "
                        f"of 128 and a 2-byte dtype; got src {src.shape} {src.alloc.dtype_name}",

@@ -234,6 +234,7 @@ def test_dma_transpose_takes_dge_mode_none_without_hwdge_limits():
     lists unknown and hwdge only; the production kernel is the evidence)."""
     x = RNG.standard_normal((3, 128)).astype(np.float32)
     np.testing.assert_array_equal(_dma_transpose_from_hbm(x, nisa.dge_mode.none), _permute(x))
+    np.testing.assert_array_equal(_dma_transpose_from_hbm(x, 3), _permute(x))  # the enum's value, as mlp_tkg passes it
 
 
 def test_dma_transpose_sbuf_to_sbuf_and_cast():

@@ -62,6 +62,8 @@ def dma_transpose(dst, src, axes=None, dge_mode=None, oob_mode=None, priority=No
         raise NKIError(instr, f"axes={tuple(axes)} is not supported for a {src.ndim}-D src: the DMA "
                        f"transposes only (1, 0), (2, 1, 0) and (3, 1, 2, 0)",
                        f"use axes={expected} (or omit axes) and rearrange the rest with access patterns")
+    if isinstance(dge_mode, int) and not isinstance(dge_mode, bool) and dge_mode in {m.value for m in _dge}:
+        dge_mode = _dge(dge_mode)  # the enum's value, as nki-library passes it (_DGE_MODE_NONE = 3)
     mode = dge_mode.name if isinstance(dge_mode, _dge) else ("unknown" if dge_mode is None else dge_mode)
     # AWS's reference lists unknown and hwdge for a direct transpose; nki-library's mlp_tkg (a
     # production kernel) passes dge_mode.none (descriptors built ahead of time), so none is taken

@@ -446,6 +446,51 @@ def test_psum_capacity():
     expect_error(kernel, randn(1, 1), instruction="nl.ndarray", rule="PSUM capacity exceeded")
 
 
+def test_psum_tiles_are_freed_at_their_last_use_not_when_python_drops_them():
+    """AWS's allocator frees a tile after its last instruction: a kernel may keep a name bound to a
+    dead PSUM tile (nki-library's MoE CTE) and still allocate all 8 banks; if the old tile is used
+    again later, the ninth bank is the error, at the allocation that exceeds PSUM."""
+    def body(use_again):
+        @nki.jit
+        def kernel(a):
+            x = nl.load(a)
+            old = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)
+            nisa.memset(old, 1.0)
+            acc = [nl.ndarray((128, 512), nl.float32, buffer=nl.psum) for _ in range(8)]
+            for t in acc:
+                nisa.tensor_copy(t, old if use_again else x)
+            if use_again:
+                nisa.memset(old, 0.0)
+            out = nl.ndarray((128, 512), nl.float32, buffer=nl.shared_hbm)
+            nl.store(out, acc[7])
+            return out
+        return kernel
+
+    x = randn(128, 512)
+    np.testing.assert_array_equal(body(False)(x), x)
+    err = expect_error(body(True), x, instruction="nl.ndarray", rule="PSUM capacity exceeded", token="acc = [")
+    assert "8 of 8 banks" in str(err)
+
+
+def test_sbuf_tile_rebound_after_the_next_load_fits_when_its_last_use_is_over():
+    """nki-samples' select_and_scatter rebinds a tile only after allocating its successor: under
+    Python's lifetimes two would be alive at once; under AWS's, the first is dead after its last use."""
+    @nki.jit
+    def kernel(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        cur = nl.load(a)
+        for _ in range(3):  # 3 x 120 KiB tiles, each one last used before the next is allocated
+            big = nl.ndarray((128, 30 * 1024), nl.float32, buffer=nl.sbuf)
+            nisa.memset(big, 0.0)
+            nl.store(out, cur)
+            cur = nl.load(a)
+        return out
+
+    x = randn(128, 4)
+    np.testing.assert_array_equal(kernel(x), x)
+    assert kernel.last_run.peak_sbuf < 2 * 120 * 1024
+
+
 def test_unsupported_argument_dtype():
     with pytest.raises(nki.NKIError, match="float64"):
         _copy = nki.jit(_copy_kernel)

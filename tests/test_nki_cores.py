@@ -186,7 +186,8 @@ def test_a_launch_without_barriers_runs_its_programs_in_order_with_own_memory():
     locations = [ins.op for ins in trace]
     assert len(locations) == 2 * 6
     # each program is its own core: SBUF peak is one program's tiles, not both cores' together
-    one_core = (32 * 4) + (32 * 4) + 4  # the [8, 32] half, the [16, 32] whole and the [16, 1] sums
+    # the [16, 32] whole and the [16, 1] sums: the [8, 32] half's last use comes before them (liveness)
+    one_core = (32 * 4) + 4
     assert _swap.last_run.peak_sbuf == one_core
 
 

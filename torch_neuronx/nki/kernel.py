@@ -272,7 +272,9 @@ class _Programs:
         def execute():
             previous = set_run(program)
             try:
-                return self.kernel.func(*self.args, **self.kwargs)
+                result = self.kernel.func(*self.args, **self.kwargs)
+                program.check_capacity()
+                return result
             finally:
                 set_run(previous)
         return execute

@@ -3,10 +3,9 @@
 Instructions execute eagerly as the kernel's Python runs (loops and `if` are ordinary Python),
 and each one appends a `Instr` record to the trace that the cost model schedules afterwards.
 
-Capacity: every SBUF/PSUM `nl.ndarray` reserves its bytes per partition (PSUM: whole 2 KiB banks)
-when created and gives them back when Python frees the tile object (weakref.finalize), i.e. when
-the kernel drops its last reference. A tile re-created in each loop iteration therefore costs two
-tiles at the moment of re-creation (the old one is freed on rebinding), like double buffering.
+Capacity: every SBUF/PSUM `nl.ndarray` occupies its bytes per partition (PSUM: whole 2 KiB banks)
+from its allocation to its last use, as AWS's allocator frees it (liveness.py); the check runs over
+those lifetimes when the program ends. A tile no instruction uses lives until Python drops it.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from .errors import NKIError, kernel_location
+from .liveness import Lifetimes
 from .targets import Target
 from .tensor import Allocation, Buffer, NkiTensor, box
 
@@ -71,8 +71,7 @@ class Run:
         self.world_rank, self.world_size = 0, 1  # its rank for nki.collectives (nki.multi_rank_simulate)
         self.launch = launch if launch is not None else _Launch()
         self.programs: list[Run] = []  # the per-program Runs a grid launch forked (kernel.launch)
-        self.sbuf_used = 0
-        self.psum_banks_used = 0
+        self.lifetimes = Lifetimes()  # its SBUF/PSUM tiles' lifetimes: capacity (liveness.check)
         self.peak_sbuf = 0
         self.peak_psum_banks = 0
         self.mask = None  # the older dialect's mask= of the instruction being executed (indexing.Mask array)
@@ -148,14 +147,15 @@ class Run:
         per_partition = math.prod(physical[1:]) * _dt.storage_dtype(dtype).itemsize
         alloc = Allocation(physical, dtype, buffer, name)
         if buffer.kind == "sbuf":
-            self._reserve_sbuf(per_partition, shape, instruction)
-            weakref.finalize(alloc, self._release_sbuf, per_partition)
+            self._fits_sbuf(per_partition, shape, instruction)
+            self.lifetimes.allocated(alloc.id, "sbuf", per_partition, shape, instruction)
         else:
-            banks = self._reserve_psum(per_partition, shape, instruction,
-                                       block_bytes=math.prod(shape[blocks + 1:]) * _dt.storage_dtype(dtype).itemsize
-                                       if blocks else None)
+            banks = self._psum_banks(per_partition, shape, instruction,
+                                     block_bytes=math.prod(shape[blocks + 1:]) * _dt.storage_dtype(dtype).itemsize
+                                     if blocks else None)
             alloc.acc = np.zeros(alloc.storage.nbytes, np.uint8)  # matmul accumulation groups (isa.ACC_*)
-            weakref.finalize(alloc, self._release_psum, banks)
+            self.lifetimes.allocated(alloc.id, "psum", banks, shape, instruction)
+        weakref.finalize(alloc, self.lifetimes.dropped, alloc.id)
         if not blocks:
             return NkiTensor(alloc, alloc.storage)
         logical = alloc.storage.transpose(tuple(range(1, blocks + 1)) + (0,) + tuple(range(blocks + 1, len(shape))))
@@ -180,16 +180,13 @@ class Run:
         alloc = Allocation(shape, dtype, buffer, name)
         return NkiTensor(alloc, alloc.storage)
 
-    def _reserve_sbuf(self, nbytes, shape, instruction):
+    def _fits_sbuf(self, nbytes, shape, instruction):
         cap = self.target.sbuf_bytes_per_partition
-        if self.sbuf_used + nbytes > cap:
+        if nbytes > cap:
             raise NKIError(instruction, f"SBUF capacity exceeded: a {shape} tile needs {nbytes} bytes per "
-                           f"partition, {self.sbuf_used} of {cap} are in use ({self.target.name})",
-                           "use smaller tiles or drop references to tiles no longer needed")
-        self.sbuf_used += nbytes
-        self.peak_sbuf = max(self.peak_sbuf, self.sbuf_used)
+                           f"partition, more than the {cap} there are ({self.target.name})", "use smaller tiles")
 
-    def _reserve_psum(self, nbytes, shape, instruction, block_bytes=None) -> int:
+    def _psum_banks(self, nbytes, shape, instruction, block_bytes=None) -> int:
         bank = self.target.psum_bank_bytes
         banks = max(1, -(-nbytes // bank))
         total = self.target.psum_banks
@@ -202,20 +199,16 @@ class Run:
             # blocks keep separate values (an allocation without conflicts: whether the blocks that
             # are live at once fit in PSUM is not checked).
             banks = max(1, -(-block_bytes // bank))
-        if self.psum_banks_used + banks > total:
+        if banks > total:
             raise NKIError(instruction, f"PSUM capacity exceeded: a {shape} tile needs {banks} bank(s) of "
-                           f"{bank} bytes per partition, {self.psum_banks_used} of {total} banks are in use "
-                           f"({self.target.name})",
-                           "PSUM holds 8 tiles of up to [128, 512] float32; drop references to old ones")
-        self.psum_banks_used += banks
-        self.peak_psum_banks = max(self.peak_psum_banks, self.psum_banks_used)
+                           f"{bank} bytes per partition, more than the {total} there are ({self.target.name})",
+                           "PSUM holds 8 tiles of up to [128, 512] float32")
         return banks
 
-    def _release_sbuf(self, nbytes):
-        self.sbuf_used -= nbytes
-
-    def _release_psum(self, banks):
-        self.psum_banks_used -= banks
+    def check_capacity(self):
+        """After the program ran: its tiles' lifetimes against SBUF's and PSUM's size (liveness.py)."""
+        from .liveness import check
+        self.peak_sbuf, self.peak_psum_banks = check(self.lifetimes, self.target)
 
     # ------------------------------------------------------------------ trace
     def record(self, op, engine, writes, reads, cost, flops=0, nbytes=0, matmul_dtype=None):
@@ -235,6 +228,7 @@ class Run:
         ins.flops = flops
         ins.matmul_dtype = matmul_dtype
         ins.after = ()  # trace indices it must wait for besides its data (NkiInstruction.depends_on)
+        self.lifetimes.used([t.alloc.id for t in operands])
         self.trace.append(ins)
         self.last_record = ins
         return ins

@@ -1,0 +1,103 @@
+"""On-chip capacity by tile lifetime, as AWS's allocator sees it.
+
+AWS's compiler frees an SBUF or PSUM tile after the last instruction that uses it, not when the
+kernel's Python drops it: a kernel may keep a name bound to a dead tile (nki-library's MoE CTE keeps a
+transposed bias's PSUM tile in scope while it allocates a full PSUM of accumulators; nki-samples'
+select_and_scatter rebinds a 50 KB tile only after loading the next one). So each program's Run keeps
+a `Lifetimes`: every automatically allocated on-chip tile with the clock tick of its allocation and
+of its last use (an instruction that reads or writes it) or, for a tile no instruction used, of the
+moment Python dropped it (the end of the program if never). One clock counts allocations, drops and
+instructions. After the program has run, the live bytes (SBUF) and banks (PSUM) are swept over that
+clock; the first allocation that takes a buffer past the target's capacity is the error, at that
+allocation's kernel line. A tile larger than the whole buffer is refused when it is allocated.
+
+Reading a tile's value while tracing (a scalar_offset read when a view is made) is not an
+instruction and does not extend its lifetime: capacity errs on the lenient side there.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .errors import NKIError, kernel_location
+
+
+class _Tile:
+    __slots__ = ("kind", "amount", "start", "last_use", "dropped", "location", "shape", "instruction")
+
+    def __init__(self, kind, amount, start, shape, instruction):
+        self.kind = kind
+        self.amount = amount
+        self.start = start
+        self.last_use = None
+        self.dropped = None
+        self.location = kernel_location()
+        self.shape = shape
+        self.instruction = instruction
+
+    def end(self) -> float:
+        if self.last_use is not None:
+            return self.last_use
+        return self.dropped if self.dropped is not None else math.inf
+
+
+class Lifetimes:
+    """The on-chip tiles of one program, their lifetimes, and the capacity check over them."""
+
+    def __init__(self):
+        self.clock = 0
+        self.tiles: dict[int, _Tile] = {}
+
+    def allocated(self, alloc_id, kind, amount, shape, instruction) -> None:
+        self.clock += 1
+        self.tiles[alloc_id] = _Tile(kind, amount, self.clock, shape, instruction)
+
+    def dropped(self, alloc_id) -> None:
+        tile = self.tiles.get(alloc_id)
+        if tile is not None and tile.dropped is None:
+            self.clock += 1
+            tile.dropped = self.clock
+
+    def used(self, alloc_ids) -> None:
+        """An instruction read or wrote these allocations."""
+        self.clock += 1
+        for alloc_id in alloc_ids:
+            tile = self.tiles.get(alloc_id)
+            if tile is not None:
+                tile.last_use = self.clock
+
+    def sweep(self, kind, capacity=None):
+        """(peak, the tile whose allocation first exceeds capacity or None, what was live then)."""
+        events = []
+        for tile in self.tiles.values():
+            if tile.kind == kind:
+                events.append((tile.start, 1, tile))
+                events.append((tile.end(), 0, tile))  # a release at the tick of the last use comes after it
+        events.sort(key=lambda e: (e[0], -e[1]))
+        live = peak = 0
+        for _, adding, tile in events:
+            live += tile.amount if adding else -tile.amount
+            if adding and capacity is not None and live > capacity:
+                return max(peak, live), tile, live - tile.amount
+            peak = max(peak, live)
+        return peak, None, 0
+
+
+def check(lifetimes: Lifetimes, target) -> tuple[int, int]:
+    """Raise the capacity error of the first allocation past SBUF's or PSUM's size; else the peaks
+    (SBUF bytes per partition, PSUM banks)."""
+    sbuf_peak, over, live = lifetimes.sweep("sbuf", target.sbuf_bytes_per_partition)
+    if over is not None:
+        raise NKIError(over.instruction, f"SBUF capacity exceeded: a {over.shape} tile needs {over.amount} bytes per "
+                       f"partition, {live} of {target.sbuf_bytes_per_partition} are in use by tiles still used "
+                       f"later ({target.name})",
+                       "use smaller tiles, or finish with a tile before allocating the next",
+                       location=over.location)
+    psum_peak, over, live = lifetimes.sweep("psum", target.psum_banks)
+    if over is not None:
+        raise NKIError(over.instruction, f"PSUM capacity exceeded: a {over.shape} tile needs {over.amount} bank(s) of "
+                       f"{target.psum_bank_bytes} bytes per partition, {live} of {target.psum_banks} banks are in "
+                       f"use by tiles still used later ({target.name})",
+                       "PSUM holds 8 tiles of up to [128, 512] float32; evict results before allocating more",
+                       location=over.location)
+    return sbuf_peak, psum_peak

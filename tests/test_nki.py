@@ -469,7 +469,7 @@ def test_psum_tiles_are_freed_at_their_last_use_not_when_python_drops_them():
     x = randn(128, 512)
     np.testing.assert_array_equal(body(False)(x), x)
     err = expect_error(body(True), x, instruction="nl.ndarray", rule="PSUM capacity exceeded", token="acc = [")
-    assert "8 of 8 banks" in str(err)
+    assert "8 of 8 banks" in str(err) and "7 x 1 at " in str(err)  # the live tiles, by allocation line
 
 
 def test_sbuf_tile_rebound_after_the_next_load_fits_when_its_last_use_is_over():

@@ -166,6 +166,30 @@ def _outcome(case) -> tuple[str, str]:
     return "passed", ""
 
 
+# Test files AWS's own snapshot (d2ad3a5) cannot run in its simulation mode, whatever simulator
+# stands behind it: reported, and counted apart from the kernels that target simulation. Each
+# reason was checked by reading the snapshot (see README.md).
+SNAPSHOT_CANNOT_RUN = {
+    "test/integration/nkilib/core/mlp/test_mlp_cte.py":
+        "snapshot: nkilib/core/mlp/mlp.py does not parse (a docstring pasted twice, IndentationError)",
+    "test/integration/nkilib/core/mlp/test_mlp_tkg.py":
+        "snapshot: nkilib/core/mlp/mlp.py does not parse (a docstring pasted twice, IndentationError)",
+    "test/integration/nkilib/experimental/transformer/test_transformer_tkg.py":
+        "snapshot: imports nkilib/core/mlp/mlp.py, which does not parse",
+    "test/integration/nkilib/core/qkv/test_qkv_tkg.py":
+        "snapshot: the test uses Platforms without importing it (NameError at collection)",
+    "test/integration/nkilib/experimental/subkernels/test_topk_reduce.py":
+        "snapshot: imports nkilib.experimental.subkernels.topk_reduce; the module is in experimental/collectives",
+    "test/integration/nkilib/core/attention/test_gen_mask_tkg.py":
+        "snapshot: the output descriptor reads 'mask_out_hbm' without its '.must_alias_input' suffix (KeyError)",
+    "test/integration/nkilib/experimental/collectives/test_collectives.py":
+        "multi-rank (2-8 ranks): the library's simulation path (test/utils/simulation_setup.py) runs one rank "
+        "and cannot take its per-rank inputs (PerRankLazyInputGenerator has no .items())",
+    "test/integration/nkilib/experimental/collectives/test_sb2sb_allgather.py":
+        "multi-rank: per-rank inputs, which the library's simulation path cannot take (as test_collectives)",
+}
+
+
 def report(out: Path) -> None:
     plan = json.loads((out / "plan.json").read_text())
     rows = []
@@ -201,6 +225,7 @@ def report(out: Path) -> None:
         print(f"{name:72} {platform:4} {selected:4d} {passed:4d} {failed:4d} {skipped:4d} {errors:4d}  {reason[:90]}")
         if failed or errors:
             kernels["failed"] += 1
+            kernels["snapshot cannot run"] += file in SNAPSHOT_CANNOT_RUN
         elif passed:
             kernels["passed"] += 1
         else:
@@ -214,6 +239,14 @@ def report(out: Path) -> None:
     print(f"kernels (test files): {kernels['passed']} of {total} pass every selected case"
           + (f" ({100 * kernels['passed'] / total:.0f}%)" if total else "")
           + f"; {kernels['no case ran']} where no case ran (every selected case skipped, or none selected)")
+    targeted = total - kernels["snapshot cannot run"]
+    if kernels["snapshot cannot run"]:
+        print(f"kernels that target simulation: {kernels['passed']} of {targeted}"
+              + (f" ({100 * kernels['passed'] / targeted:.0f}%)" if targeted else "")
+              + f"; {kernels['snapshot cannot run']} failing files the snapshot itself cannot run in simulation "
+              "(SNAPSHOT_CANNOT_RUN)")
+        for file in SNAPSHOT_CANNOT_RUN:
+            print(f"  {file.removeprefix('test/integration/nkilib/')}: {SNAPSHOT_CANNOT_RUN[file]}")
     ran = cases["passed"] + cases["failed"]
     print(f"cases: {cases['passed']} passed of {ran} run" + (f" ({100 * cases['passed'] / ran:.0f}%)" if ran else "")
           + f", {cases['skipped']} skipped")

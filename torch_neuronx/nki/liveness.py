@@ -67,37 +67,54 @@ class Lifetimes:
                 tile.last_use = self.clock
 
     def sweep(self, kind, capacity=None):
-        """(peak, the tile whose allocation first exceeds capacity or None, what was live then)."""
+        """(peak, the tile whose allocation first exceeds capacity or None, the other tiles live then)."""
         events = []
         for tile in self.tiles.values():
             if tile.kind == kind:
-                events.append((tile.start, 1, tile))
-                events.append((tile.end(), 0, tile))  # a release at the tick of the last use comes after it
+                events.append((tile.start, 1, id(tile), tile))
+                events.append((tile.end(), 0, id(tile), tile))
         events.sort(key=lambda e: (e[0], -e[1]))
-        live = peak = 0
-        for _, adding, tile in events:
-            live += tile.amount if adding else -tile.amount
-            if adding and capacity is not None and live > capacity:
-                return max(peak, live), tile, live - tile.amount
+        live, peak, alive = 0, 0, {}
+        for _, adding, key, tile in events:
+            if adding:
+                if capacity is not None and live + tile.amount > capacity:
+                    return max(peak, live + tile.amount), tile, list(alive.values())
+                alive[key] = tile
+                live += tile.amount
+            else:
+                alive.pop(key, None)
+                live -= tile.amount
             peak = max(peak, live)
-        return peak, None, 0
+        return peak, None, []
+
+
+def _holders(tiles) -> str:
+    """Where the live tiles were allocated, the biggest holders first (at most four lines)."""
+    by_line: dict[str, list] = {}
+    for tile in tiles:
+        by_line.setdefault(tile.location, []).append(tile.amount)
+    ranked = sorted(by_line.items(), key=lambda kv: -sum(kv[1]))
+    parts = [f"{len(amounts)} x {amounts[0]} at {where}" for where, amounts in ranked[:4]]
+    return "; ".join(parts) + ("; ..." if len(ranked) > 4 else "")
 
 
 def check(lifetimes: Lifetimes, target) -> tuple[int, int]:
     """Raise the capacity error of the first allocation past SBUF's or PSUM's size; else the peaks
     (SBUF bytes per partition, PSUM banks)."""
-    sbuf_peak, over, live = lifetimes.sweep("sbuf", target.sbuf_bytes_per_partition)
+    sbuf_peak, over, alive = lifetimes.sweep("sbuf", target.sbuf_bytes_per_partition)
     if over is not None:
+        live = sum(t.amount for t in alive)
         raise NKIError(over.instruction, f"SBUF capacity exceeded: a {over.shape} tile needs {over.amount} bytes per "
                        f"partition, {live} of {target.sbuf_bytes_per_partition} are in use by tiles still used "
-                       f"later ({target.name})",
+                       f"later ({target.name}; bytes per partition of the live tiles: {_holders(alive)})",
                        "use smaller tiles, or finish with a tile before allocating the next",
                        location=over.location)
-    psum_peak, over, live = lifetimes.sweep("psum", target.psum_banks)
+    psum_peak, over, alive = lifetimes.sweep("psum", target.psum_banks)
     if over is not None:
+        live = sum(t.amount for t in alive)
         raise NKIError(over.instruction, f"PSUM capacity exceeded: a {over.shape} tile needs {over.amount} bank(s) of "
                        f"{target.psum_bank_bytes} bytes per partition, {live} of {target.psum_banks} banks are in "
-                       f"use by tiles still used later ({target.name})",
+                       f"use by tiles still used later ({target.name}; banks of the live tiles: {_holders(alive)})",
                        "PSUM holds 8 tiles of up to [128, 512] float32; evict results before allocating more",
                        location=over.location)
     return sbuf_peak, psum_peak

@@ -446,10 +446,11 @@ def test_psum_capacity():
     expect_error(kernel, randn(1, 1), instruction="nl.ndarray", rule="PSUM capacity exceeded")
 
 
-def test_psum_tiles_are_freed_at_their_last_use_not_when_python_drops_them():
-    """AWS's allocator frees a tile after its last instruction: a kernel may keep a name bound to a
-    dead PSUM tile (nki-library's MoE CTE) and still allocate all 8 banks; if the old tile is used
-    again later, the ninth bank is the error, at the allocation that exceeds PSUM."""
+def test_psum_tiles_live_from_first_to_last_use_not_while_python_holds_them():
+    """AWS's allocator gives a tile memory from its first instruction to its last: a kernel may keep
+    a name bound to a dead PSUM tile (nki-library's MoE CTE) and still fill all 8 banks; if the old
+    tile is used again after the others are written, the ninth bank is the error, named at the
+    allocation that exceeds PSUM, with the live tiles' lines."""
     def body(use_again):
         @nki.jit
         def kernel(a):
@@ -458,16 +459,20 @@ def test_psum_tiles_are_freed_at_their_last_use_not_when_python_drops_them():
             nisa.memset(old, 1.0)
             acc = [nl.ndarray((128, 512), nl.float32, buffer=nl.psum) for _ in range(8)]
             for t in acc:
-                nisa.tensor_copy(t, old if use_again else x)
+                nisa.tensor_copy(t, x)
             if use_again:
                 nisa.memset(old, 0.0)
+            total = nl.ndarray((128, 512), nl.float32, buffer=nl.sbuf)
+            nisa.memset(total, 0.0)
+            for t in acc:
+                nisa.tensor_tensor(total, total, t, op=nl.add)
             out = nl.ndarray((128, 512), nl.float32, buffer=nl.shared_hbm)
-            nl.store(out, acc[7])
+            nl.store(out, total)
             return out
         return kernel
 
     x = randn(128, 512)
-    np.testing.assert_array_equal(body(False)(x), x)
+    np.testing.assert_allclose(body(False)(x), 8 * x, rtol=1e-6)
     err = expect_error(body(True), x, instruction="nl.ndarray", rule="PSUM capacity exceeded", token="acc = [")
     assert "8 of 8 banks" in str(err) and "7 x 1 at " in str(err)  # the live tiles, by allocation line
 

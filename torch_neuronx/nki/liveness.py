@@ -1,12 +1,13 @@
 """On-chip capacity by tile lifetime, as AWS's allocator sees it.
 
-AWS's compiler frees an SBUF or PSUM tile after the last instruction that uses it, not when the
-kernel's Python drops it: a kernel may keep a name bound to a dead tile (nki-library's MoE CTE keeps a
+AWS's compiler gives an SBUF or PSUM tile its memory from the first instruction that uses it to the
+last, not from the `nl.ndarray` call until the kernel's Python drops it: a kernel may keep a name bound to a dead tile (nki-library's MoE CTE keeps a
 transposed bias's PSUM tile in scope while it allocates a full PSUM of accumulators; nki-samples'
 select_and_scatter rebinds a 50 KB tile only after loading the next one). So each program's Run keeps
-a `Lifetimes`: every automatically allocated on-chip tile with the clock tick of its allocation and
-of its last use (an instruction that reads or writes it) or, for a tile no instruction used, of the
-moment Python dropped it (the end of the program if never). One clock counts allocations, drops and
+a `Lifetimes`: every automatically allocated on-chip tile with the clock ticks of its first and last
+use (instructions that read or write it) or, for a tile no instruction used, of its allocation and of
+the moment Python dropped it (the end of the program if never). nki-library's MoE CTE allocates the
+next round's PSUM accumulators before the last reads of the previous round's. One clock counts allocations, drops and
 instructions. After the program has run, the live bytes (SBUF) and banks (PSUM) are swept over that
 clock; the first allocation that takes a buffer past the target's capacity is the error, at that
 allocation's kernel line. A tile larger than the whole buffer is refused when it is allocated.
@@ -23,17 +24,22 @@ from .errors import NKIError, kernel_location
 
 
 class _Tile:
-    __slots__ = ("kind", "amount", "start", "last_use", "dropped", "location", "shape", "instruction")
+    __slots__ = ("kind", "amount", "allocated", "first_use", "last_use", "dropped", "location", "shape",
+                 "instruction")
 
     def __init__(self, kind, amount, start, shape, instruction):
         self.kind = kind
         self.amount = amount
-        self.start = start
+        self.allocated = start
+        self.first_use = None
         self.last_use = None
         self.dropped = None
         self.location = kernel_location()
         self.shape = shape
         self.instruction = instruction
+
+    def start(self) -> int:
+        return self.first_use if self.first_use is not None else self.allocated
 
     def end(self) -> float:
         if self.last_use is not None:
@@ -64,6 +70,8 @@ class Lifetimes:
         for alloc_id in alloc_ids:
             tile = self.tiles.get(alloc_id)
             if tile is not None:
+                if tile.first_use is None:
+                    tile.first_use = self.clock
                 tile.last_use = self.clock
 
     def sweep(self, kind, capacity=None):
@@ -71,7 +79,7 @@ class Lifetimes:
         events = []
         for tile in self.tiles.values():
             if tile.kind == kind:
-                events.append((tile.start, 1, id(tile), tile))
+                events.append((tile.start(), 1, id(tile), tile))
                 events.append((tile.end(), 0, id(tile), tile))
         events.sort(key=lambda e: (e[0], -e[1]))
         live, peak, alive = 0, 0, {}

@@ -516,3 +516,41 @@ def test_quantize_mx_gives_a_nan_scale_to_a_group_with_inf_or_nan():
     assert scales[0, 1] == 127 - 15 + 1 and scales[2, 0] == 127 - 15 + 1  # the other groups are normal
     vals = ref_unpack(data, nl.float8_e5m2_x4)
     assert np.isinf(vals[0, 0]) and np.isnan(vals[9, 5]) and vals[0, 4] == 2.0 ** 14
+
+
+# ---------------------------------------------------------------------------- NkiTensor.base_tensor
+@nki.jit(platform_target="trn3")
+def _base_tensor_kernel(w, sel):
+    """nki-library's MX weight load: the base of a kernel argument and of a slice of it, and the
+    base of a packed view of a uint32 argument, indexed, copied, then viewed as the packed type."""
+    part = w[1:3, :]
+    assert part.base_tensor.shape == w.shape and part.base_tensor.dtype == w.dtype
+    x4 = sel.view(nl.float8_e4m3fn_x4)
+    assert x4.base_tensor.dtype == nl.uint32 and x4.base_tensor.shape == sel.shape
+    t = nl.ndarray(w.shape, w.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=part.base_tensor)
+    out_w = nl.ndarray(w.shape, w.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out_w, src=t)
+    tile = nl.ndarray((32, 4), dtype=x4.base_tensor.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile, src=x4.base_tensor[0:32, 0:4])
+    out_p = nl.ndarray((32, 4), nl.float8_e4m3fn_x4, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out_p, src=tile.view(x4.dtype))
+    return out_w, out_p
+
+
+def test_base_tensor_is_the_whole_allocation_with_its_dtype():
+    w = RNG.standard_normal((4, 8)).astype(np.float32)
+    sel = RNG.integers(0, 2**32, (32, 4), dtype=np.uint32)
+    out_w, out_p = nki.cpu_simulate(_base_tensor_kernel)[1](w=w, sel=sel)
+    np.testing.assert_array_equal(out_w, w)  # the slice's base is all of w
+    np.testing.assert_array_equal(np.asarray(out_p).view(np.uint32), sel)  # bits, through the base
+
+
+def test_base_tensor_of_a_block_tensor_is_an_error():
+    @nki.jit
+    def kernel(x):
+        b = nl.ndarray((2, nl.par_dim(32), 4), nl.float32, buffer=nl.sbuf)
+        return b[0].base_tensor
+
+    with pytest.raises(nki.NKIError, match="base_tensor.*block tensor"):
+        nki.cpu_simulate(kernel)[1](x=np.zeros((1, 1), np.float32))

@@ -12,6 +12,13 @@ nki-library's conftest):
   step, so at d2ad3a5 every simulated case stops on an AttributeError after the kernel ran; the
   plugin gives the class the attribute's "nothing compiled" value, None (the method then returns, as
   it does for a kernel without output specs);
+- packed MX outputs compared by value, as AWS's validator compares them: its `_compare_outputs`
+  casts each output to float32 and, where that raises TypeError (AWS's host packed dtypes refuse
+  the cast), unpacks both sides into their values first. This simulator's packed host arrays are
+  unsigned-integer containers (a NumPy union dtype named after the type: no Python-level NumPy dtype
+  can refuse the cast), which the cast would compare as integers, at a tolerance relative to the
+  largest container (a difference in the low bytes' values would pass); the plugin unpacks them
+  (torch_neuronx.nki.dtypes.PackedX4.unpack, the values AWS's unpackers give) before the comparison;
 - a per-case time limit (NKI_SUITE_CASE_TIMEOUT seconds, default 120), so one slow case costs its
   file one failure, not the file's whole time budget.
 """
@@ -70,6 +77,26 @@ def pytest_sessionstart(session):
     orchestrator = sys.modules.get("test.utils.test_orchestrator")
     if orchestrator is not None and not hasattr(orchestrator.Orchestrator, "_compiled_kernel"):
         orchestrator.Orchestrator._compiled_kernel = None
+    validator = sys.modules.get("test.utils.output_validator")
+    if validator is not None and not getattr(validator.OutputValidator._compare_outputs, "_unpacks", False):
+        validator.OutputValidator._compare_outputs = _unpacking(validator.OutputValidator._compare_outputs)
+
+
+def _unpacking(compare):
+    """`compare` (OutputValidator._compare_outputs) given packed MX outputs as their float32 values."""
+    from torch_neuronx.nki.dtypes import packed_host
+
+    def compare_values(self, actual_outputs, golden_output, *args, **kwargs):
+        actual, golden = dict(actual_outputs), dict(golden_output)
+        for key, expected in golden_output.items():
+            packed = packed_host(getattr(expected, "dtype", None))
+            if packed is not None and key in actual:
+                golden[key] = packed.unpack(expected)
+                actual[key] = packed.unpack(actual[key])
+        return compare(self, actual, golden, *args, **kwargs)
+
+    compare_values._unpacks = True
+    return compare_values
 
 
 class CaseTimeout(BaseException):

@@ -298,6 +298,21 @@ def test_the_library_harness_compares_packed_outputs_by_value():
     assert wrapped(None, {"out": golden.copy()}, {"out": golden}, 0.0)
 
 
+def test_the_library_harness_reads_packed_outputs_as_bytes():
+    # On hardware nki-library reads an output file with its golden's dtype (mxfp_load's golden is the
+    # containers viewed as float32); in simulation it converts with np.asarray(out, dtype=golden.dtype)
+    packed = nl.float8_e4m3fn_x4
+    out = nl.static_cast(RNG.uniform(-2, 2, (4, 16)).astype(np.float32), packed)
+    plain = np.ones(3, np.float32)
+    simulate = _library_plugin()._packed_as_bytes(lambda **kw: [out, plain])
+    got, other = simulate(x=1)
+    assert other is plain
+    as_float = np.asarray(got, dtype=np.float32)
+    np.testing.assert_array_equal(as_float.view(np.uint32), out.view(np.uint32))  # bits, not values
+    assert np.asarray(got, dtype=out.dtype).dtype == out.dtype
+    np.testing.assert_array_equal(np.asarray(got, dtype=np.float64), out.astype(np.float64))  # other sizes: values
+
+
 # ---------------------------------------------------------------------------- empty nl.ds views
 def test_an_empty_ds_view_is_allowed_like_an_empty_slice():
     @nki.jit

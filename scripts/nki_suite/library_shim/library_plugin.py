@@ -19,6 +19,12 @@ nki-library's conftest):
   can refuse the cast), which the cast would compare as integers, at a tolerance relative to the
   largest container (a difference in the low bytes' values would pass); the plugin unpacks them
   (torch_neuronx.nki.dtypes.PackedX4.unpack, the values AWS's unpackers give) before the comparison;
+- packed MX outputs read as the golden's dtype bit for bit: on hardware the library reads each
+  output file with its golden's dtype (`np.fromfile`), so a test may give the golden of a packed
+  output as the containers' bytes viewed as float32 (experimental `mxfp_load`); in simulation it
+  converts the simulator's outputs with `np.asarray(output, dtype=golden.dtype)`, which for this
+  simulator's integer containers would convert their values; the plugin hands such outputs over so
+  that the conversion reinterprets the bytes where the golden's element has the container's size;
 - a per-case time limit (NKI_SUITE_CASE_TIMEOUT seconds, default 120), so one slow case costs its
   file one failure, not the file's whole time budget.
 """
@@ -80,6 +86,39 @@ def pytest_sessionstart(session):
     validator = sys.modules.get("test.utils.output_validator")
     if validator is not None and not getattr(validator.OutputValidator._compare_outputs, "_unpacks", False):
         validator.OutputValidator._compare_outputs = _unpacking(validator.OutputValidator._compare_outputs)
+
+
+    simulation = sys.modules.get("test.utils.simulation_setup")
+    if simulation is not None and not getattr(simulation.simulate_kernel, "_as_bytes", False):
+        simulation.simulate_kernel = _packed_as_bytes(simulation.simulate_kernel)
+
+
+class _PackedOutput:
+    """A packed MX output array that NumPy converts to a dtype of its container's size by
+    reinterpreting the bytes (as reading the output file with that dtype does), else as usual."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __array__(self, dtype=None, copy=None):
+        import numpy as np
+
+        if dtype is not None and np.dtype(dtype).itemsize == self.array.dtype.itemsize:
+            return self.array.view(dtype)
+        return np.asarray(self.array, dtype=dtype)
+
+
+def _packed_as_bytes(simulate):
+    """`simulate` (simulation_setup.simulate_kernel) with its packed MX outputs as _PackedOutput."""
+    import numpy as np
+    from torch_neuronx.nki.dtypes import packed_host
+
+    def simulate_bytes(*args, **kwargs):
+        return [_PackedOutput(o) if isinstance(o, np.ndarray) and packed_host(o.dtype) is not None else o
+                for o in simulate(*args, **kwargs)]
+
+    simulate_bytes._as_bytes = True
+    return simulate_bytes
 
 
 def _unpacking(compare):

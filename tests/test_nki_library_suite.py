@@ -313,6 +313,35 @@ def test_the_library_harness_reads_packed_outputs_as_bytes():
     np.testing.assert_array_equal(np.asarray(got, dtype=np.float64), out.astype(np.float64))  # other sizes: values
 
 
+
+def test_the_library_harness_provides_starfish_static_cast(monkeypatch):
+    # qkv_cte's MX tests import static_cast from AWS's compiler package (neuronxcc.starfish.support
+    # .dtype); the harness gives them its neuron_dtypes stand-in under that name.
+    import sys
+    from pathlib import Path
+
+    shim = Path(__file__).resolve().parent.parent / "scripts" / "nki_suite" / "library_shim"
+    monkeypatch.syspath_prepend(str(shim))
+    names = ("neuronxcc.starfish", "neuronxcc.starfish.support", "neuronxcc.starfish.support.dtype", "neuron_dtypes")
+    before = {name: sys.modules.get(name) for name in names}  # restored after: nothing leaks
+    try:
+        _library_plugin()._starfish_dtype()
+        from neuronxcc.starfish.support.dtype import static_cast
+
+        values = RNG.uniform(-4, 4, (8, 16)).astype(np.float32)
+        np.testing.assert_array_equal(static_cast(values, nl.float8_e4m3fn_x4).view(np.uint32),
+                                      nl.static_cast(values, nl.float8_e4m3fn_x4).view(np.uint32))
+        import neuronxcc.nki.language as ncl  # the stand-in neuronxcc still holds nki
+
+        assert ncl.float8_e4m3fn_x4 is nl.float8_e4m3fn_x4
+    finally:
+        for name, module in before.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
 # ---------------------------------------------------------------------------- empty nl.ds views
 def test_an_empty_ds_view_is_allowed_like_an_empty_slice():
     @nki.jit

@@ -25,6 +25,9 @@ nki-library's conftest):
   converts the simulator's outputs with `np.asarray(output, dtype=golden.dtype)`, which for this
   simulator's integer containers would convert their values; the plugin hands such outputs over so
   that the conversion reinterprets the bytes where the golden's element has the container's size;
+- `neuronxcc.starfish.support.dtype`, where AWS's compiler package keeps the host dtype helpers that
+  `neuron_dtypes` also has (qkv_cte's MX tests import `static_cast` from it): the shim's
+  `neuron_dtypes` under that name;
 - a per-case time limit (NKI_SUITE_CASE_TIMEOUT seconds, default 120), so one slow case costs its
   file one failure, not the file's whole time budget.
 """
@@ -77,6 +80,22 @@ class _StubFinder:
 
 
 sys.meta_path.insert(0, _StubFinder())
+
+
+def _starfish_dtype():
+    """neuronxcc.starfish.support.dtype: the shim's neuron_dtypes (`neuronxcc` itself is
+    torch_neuronx's stand-in package, which holds only `nki`)."""
+    import neuron_dtypes
+
+    for name in ("neuronxcc.starfish", "neuronxcc.starfish.support"):
+        package = types.ModuleType(name, "stand-in of scripts/nki_suite/library_shim/library_plugin.py")
+        package.__path__ = []
+        sys.modules.setdefault(name, package)
+    sys.modules.setdefault("neuronxcc.starfish.support.dtype", neuron_dtypes)
+
+
+def pytest_configure(config):
+    _starfish_dtype()
 
 
 def pytest_sessionstart(session):

@@ -49,6 +49,18 @@ def test_sendrecv_exchanges_tiles_between_the_two_cores(shape, dtype):
     np.testing.assert_array_equal(got, np.concatenate([a[half:], a[:half]]))  # bit for bit
 
 
+@pytest.mark.parametrize("x4", [nl.float8_e4m3fn_x4, nl.float4_e2m1fn_x4])
+def test_sendrecv_moves_packed_mx_containers_bit_for_bit(x4):
+    """Packed MX tiles (nki-library's rmsnorm_mx_quantize_tkg exchanges its quantized halves)."""
+    values = RNG.standard_normal((64, 32)).astype(np.float32) * 4
+    a = nl.static_cast(values, x4)  # [64, 8] containers
+    got = nki.cpu_simulate(_swap_halves)[2](a=a)
+    storage = np.uint32 if x4 is nl.float8_e4m3fn_x4 else np.uint16
+    bits = np.asarray(a).view(storage)
+    np.testing.assert_array_equal(np.asarray(got).view(storage), np.concatenate([bits[32:], bits[:32]]))
+    np.testing.assert_array_equal(nl.static_cast(got, np.float32)[:32], nl.static_cast(a, np.float32)[32:])
+
+
 @nki.jit
 def _lnc_row_sums(x):
     """rmsnorm_tkg's pattern: each core sums its half of the columns, the cores exchange the partial

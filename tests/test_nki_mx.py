@@ -239,6 +239,42 @@ def test_quantize_mx_scale_is_twice_the_ocp_sample_scale():
     assert byte_ocp[0, 0] == 127  # the reference's OCP variant, for contrast
 
 
+@pytest.mark.parametrize("p,f4,x4", [(32, 64, nl.float8_e4m3fn_x4), (128, 32, nl.float8_e5m2_x4)])
+def test_quantize_mx_ocp_scale_of_nki_0_4(monkeypatch, p, f4, x4):
+    """TORCH_NEURONX_NKI_QUANTIZE_MX_SCALE=ocp: NKI 0.4.0's quantize_mx, the OCP sample algorithm's
+    scale (one less byte than the default's, elements twice as large), bits and bytes exact."""
+    monkeypatch.setenv("TORCH_NEURONX_NKI_QUANTIZE_MX_SCALE", "OCP")
+    x = RNG.standard_normal((p, f4)) * 2.0 ** RNG.integers(-20, 12, (p // 8, 1)).repeat(8, axis=0)
+    x = x.astype(ml_dtypes.bfloat16)
+    data, scales = quantize_kernel(x, x4)
+    q_ref, byte_ref = ref_quantize(x.astype(np.float32), x4, aws_scale=False)
+    np.testing.assert_array_equal(scales[hw_rows(p)], byte_ref)
+    np.testing.assert_array_equal(ref_unpack(data, x4), q_ref)
+    monkeypatch.setenv("TORCH_NEURONX_NKI_QUANTIZE_MX_SCALE", "double")  # read at each call
+    _, scales_double = quantize_kernel(x, x4)
+    np.testing.assert_array_equal(scales_double[hw_rows(p)], byte_ref + 1)
+
+
+def test_quantize_mx_ocp_scale_saturates_the_largest_finite(monkeypatch):
+    """Under the OCP scale a block whose amax is E4M3's largest finite keeps 448 (byte 127), and a
+    value that rounds past it clamps to 448, where the default scale halves it."""
+    monkeypatch.setenv("TORCH_NEURONX_NKI_QUANTIZE_MX_SCALE", "ocp")
+    x = np.zeros((32, 8), np.float32)
+    x[3, 2] = 448.0
+    x[4, 1] = 1.0
+    x[8:16, 4:8] = 479.0  # floor(log2) 8 -> byte 127; 479 rounds to 480 > 448: clamped to 448
+    data, scales = quantize_kernel(x.astype(ml_dtypes.bfloat16), nl.float8_e4m3fn_x4)
+    vals = ref_unpack(data, nl.float8_e4m3fn_x4)
+    assert scales[0, 0] == 127 and scales[1, 1] == 127
+    assert vals[3, 2] == 448.0 and vals[4, 1] == 1.0 and np.all(vals[8:16, 4:8] == 448.0)
+
+
+def test_quantize_mx_scale_variable_rejects_other_values(monkeypatch):
+    monkeypatch.setenv("TORCH_NEURONX_NKI_QUANTIZE_MX_SCALE", "half")
+    with pytest.raises(nki.NKIError, match="TORCH_NEURONX_NKI_QUANTIZE_MX_SCALE.*Fix: set"):
+        quantize_kernel(np.ones((32, 8), ml_dtypes.bfloat16), nl.float8_e4m3fn_x4)
+
+
 # ---------------------------------------------------------------------------- nc_matmul_mx
 @pytest.mark.parametrize("k,m,n,st_x4,mv_x4", [
     (128, 128, 512, nl.float8_e4m3fn_x4, nl.float8_e4m3fn_x4),
@@ -480,3 +516,41 @@ def test_quantize_mx_gives_a_nan_scale_to_a_group_with_inf_or_nan():
     assert scales[0, 1] == 127 - 15 + 1 and scales[2, 0] == 127 - 15 + 1  # the other groups are normal
     vals = ref_unpack(data, nl.float8_e5m2_x4)
     assert np.isinf(vals[0, 0]) and np.isnan(vals[9, 5]) and vals[0, 4] == 2.0 ** 14
+
+
+# ---------------------------------------------------------------------------- NkiTensor.base_tensor
+@nki.jit(platform_target="trn3")
+def _base_tensor_kernel(w, sel):
+    """nki-library's MX weight load: the base of a kernel argument and of a slice of it, and the
+    base of a packed view of a uint32 argument, indexed, copied, then viewed as the packed type."""
+    part = w[1:3, :]
+    assert part.base_tensor.shape == w.shape and part.base_tensor.dtype == w.dtype
+    x4 = sel.view(nl.float8_e4m3fn_x4)
+    assert x4.base_tensor.dtype == nl.uint32 and x4.base_tensor.shape == sel.shape
+    t = nl.ndarray(w.shape, w.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=part.base_tensor)
+    out_w = nl.ndarray(w.shape, w.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out_w, src=t)
+    tile = nl.ndarray((32, 4), dtype=x4.base_tensor.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile, src=x4.base_tensor[0:32, 0:4])
+    out_p = nl.ndarray((32, 4), nl.float8_e4m3fn_x4, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out_p, src=tile.view(x4.dtype))
+    return out_w, out_p
+
+
+def test_base_tensor_is_the_whole_allocation_with_its_dtype():
+    w = RNG.standard_normal((4, 8)).astype(np.float32)
+    sel = RNG.integers(0, 2**32, (32, 4), dtype=np.uint32)
+    out_w, out_p = nki.cpu_simulate(_base_tensor_kernel)[1](w=w, sel=sel)
+    np.testing.assert_array_equal(out_w, w)  # the slice's base is all of w
+    np.testing.assert_array_equal(np.asarray(out_p).view(np.uint32), sel)  # bits, through the base
+
+
+def test_base_tensor_of_a_block_tensor_is_an_error():
+    @nki.jit
+    def kernel(x):
+        b = nl.ndarray((2, nl.par_dim(32), 4), nl.float32, buffer=nl.sbuf)
+        return b[0].base_tensor
+
+    with pytest.raises(nki.NKIError, match="base_tensor.*block tensor"):
+        nki.cpu_simulate(kernel)[1](x=np.zeros((1, 1), np.float32))

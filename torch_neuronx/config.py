@@ -526,6 +526,16 @@ platform_target = _declare(
          "224 KiB on trn2, 256 KiB on trn3) and the default target of the cost model. An unknown value makes "
          "the launch raise `NKIError` naming the variable and the known targets. "
          "`nki.benchmark(kernel, target=...)` overrides it for that run."))
+QUANTIZE_MX_SCALES = ("double", "ocp")  # NKI 0.5.0 (Neuron 2.31) and later; NKI 0.4.0 and earlier
+quantize_mx_scale = _declare(
+    "TORCH_NEURONX_NKI_QUANTIZE_MX_SCALE", "double", choice_parser(QUANTIZE_MX_SCALES), PER_CALL, NKI,
+    values=choices(QUANTIZE_MX_SCALES) + " (case-insensitive)",
+    doc=("Block scale of `nisa.quantize_mx`, read at each call. `double`: as AWS documents it since NKI "
+         "0.5.0 (Neuron 2.31), two times the OCP sample algorithm's scale, `2 ** (floor(log2(amax)) - emax "
+         "+ 1)`; `ocp`: the OCP sample algorithm's `2 ** (floor(log2(amax)) - emax)`, which NKI 0.4.0 and "
+         "earlier used (AWS's 2.31 release notes: quantize_mx \"now uses a block scale two times larger\") "
+         "and which kernels and tests written for them (nki-library d2ad3a5) expect. Another value makes "
+         "quantize_mx raise `NKIError` naming the variable."))
 
 # Profiling: the Neuron Runtime's whole-process capture (AWS's NEURON_RT_INSPECT_*),
 # emulated by torch_neuronx/profiling.py (docs/profiling.md).

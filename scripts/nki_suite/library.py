@@ -67,8 +67,11 @@ def _env(work: Path, deps: str) -> dict:
     # NEURON_PYTHONHASHSEED: the library's conftest seeds `random` and NumPy with it before
     # collection (as it does for xdist workers), so sweeps drawn with random.sample give the same
     # case ids in the collection and in every run.
+    # TORCH_NEURONX_NKI_QUANTIZE_MX_SCALE=ocp: the snapshot (April 2026) was written for NKI 0.4.0's
+    # quantize_mx, whose block scale its goldens compute; NKI 0.5.0 doubled it.
     return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p), OMP_NUM_THREADS="1",
-                OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", NEURON_PYTHONHASHSEED="0")
+                OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", NEURON_PYTHONHASHSEED="0",
+                TORCH_NEURONX_NKI_QUANTIZE_MX_SCALE="ocp")
 
 
 def _pytest(python: str) -> list[str]:

@@ -208,6 +208,7 @@ def _affine_strides(offsets: np.ndarray):
 
 
 def _view(alloc, offsets, tile_shape, tile_strides) -> NkiTensor:
+    alloc.whole = False
     strides = _affine_strides(offsets)
     origin = int(offsets.flat[0])
     if strides is None:  # blocks wrap (modulo) or are scattered: no single strided view

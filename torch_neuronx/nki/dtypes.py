@@ -69,9 +69,14 @@ class PackedX4:
         self.itemsize = self.storage.itemsize
         self.max = float(ml_dtypes.finfo(self.element).max)
         # Host arrays of this type: the containers' unsigned integers, the dtype tagged with the NKI
-        # name (NumPy dtype metadata), so that a kernel argument keeps its packed type and a returned
-        # packed tensor says what it holds. nl.static_cast(values, nl.float8_e4m3fn_x4) makes one.
-        self.host = np.dtype(self.storage, metadata={"nki_dtype": name})
+        # name, so that a kernel argument keeps its packed type and a returned packed tensor says what
+        # it holds. nl.static_cast(values, nl.float8_e4m3fn_x4) makes one. The tag is a NumPy union
+        # dtype (the container integer with one field named after the type), so `str(array.dtype)`
+        # names the type, as AWS's host packed dtypes do: nki-library's torch_ref_wrapper hands arrays
+        # whose dtype string holds "x4" to its references as NumPy arrays (the rest become torch
+        # tensors, uint32 as int32), and its MX references unpack them. Arithmetic and torch see the
+        # plain container integers; the metadata tag stays for arrays made before the field.
+        self.host = np.dtype((self.storage, {name: (self.storage, 0)}), metadata={"nki_dtype": name})
 
     @property
     def dtype(self) -> np.dtype:
@@ -82,6 +87,12 @@ class PackedX4:
 
     def __repr__(self):
         return f"nl.{self.name}"
+
+    def __hash__(self):
+        # Equal to its host dtype's hash: NumPy finds a dtype equal to the host dtype it converts this
+        # type into, so a dict keyed by packed types (nki-library's MX references) is found by the
+        # dtype of a packed host array.
+        return hash(self.host)
 
     def __str__(self):  # nki-library compares dtypes by str(dtype) == str(nl.float4_e2m1fn_x4)
         return self.name
@@ -126,9 +137,11 @@ def is_packed(dtype) -> bool:
 
 
 def packed_host(array_dtype):
-    """The packed MX type a host array's (tagged) dtype holds, or None."""
+    """The packed MX type a host array's (tagged) dtype holds, or None: its single field's name
+    (PackedX4.host), else its metadata tag."""
+    names = getattr(array_dtype, "names", None)
     meta = getattr(array_dtype, "metadata", None)
-    name = meta.get("nki_dtype") if meta else None
+    name = names[0] if names and len(names) == 1 else meta.get("nki_dtype") if meta else None
     return next((d for d in PACKED if d.name == name), None)
 
 
@@ -155,8 +168,9 @@ def normalize(dtype, instruction: str = "dtype"):
         d = np.dtype(dtype)
     except TypeError:
         raise NKIError(instruction, f"unsupported dtype {dtype!r}", f"use one of {sorted(ALL)}") from None
-    if d.metadata and d.metadata.get("nki_dtype") in ALL:  # a host array of a packed MX type
-        return ALL[d.metadata["nki_dtype"]]
+    packed = packed_host(d)
+    if packed is not None:  # a host array of a packed MX type
+        return packed
     if d not in ALL.values():
         raise NKIError(instruction, f"unsupported dtype {d}", f"use one of {sorted(ALL)}")
     return d

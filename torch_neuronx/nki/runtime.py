@@ -158,6 +158,7 @@ class Run:
         weakref.finalize(alloc, self.lifetimes.dropped, alloc.id)
         if not blocks:
             return NkiTensor(alloc, alloc.storage)
+        alloc.whole = False
         logical = alloc.storage.transpose(tuple(range(1, blocks + 1)) + (0,) + tuple(range(blocks + 1, len(shape))))
         return NkiTensor(alloc, logical, 0, lead=blocks)
 

@@ -54,7 +54,7 @@ class Allocation:
     """One buffer allocation (an `nl.ndarray`, or a kernel argument copied into HBM)."""
 
     __slots__ = ("id", "buffer", "storage", "dtype", "name", "written", "acc", "rowbytes", "dtype_name",
-                 "full_box", "valid", "__weakref__")
+                 "full_box", "valid", "whole", "__weakref__")
 
     def __init__(self, shape, dtype, buffer: Buffer, name=None, fill=None, storage=None):
         self.id = next(_ids)
@@ -64,6 +64,9 @@ class Allocation:
         self.written = False
         self.acc = None  # PSUM only: which elements a matmul accumulation group has started on
         self.valid = None  # elements a masked instruction wrote when it filled the whole allocation
+        # Whether `storage` is the tensor as allocated (False: block axes stored partition-major, or
+        # a region of an allocator-placed buffer); NkiTensor.base_tensor needs it.
+        self.whole = True
         if storage is None:
             storage = np.empty(shape, dtype=_dt.storage_dtype(dtype))
             storage.fill(_dt.poison_value(dtype) if fill is None else fill)
@@ -329,6 +332,17 @@ class NkiTensor:
         is a [P, F] float8_e4m3fn_x4 one). The last axis must be contiguous."""
         from .access_pattern import reinterpret
         return reinterpret(self, dtype, "view")
+
+    @property
+    def base_tensor(self) -> "NkiTensor":
+        """The tensor this view was made from: the whole allocation (a kernel argument, an
+        `nl.ndarray`), with the allocation's dtype. nki-library's MX kernels read it from kernel
+        arguments and views (`w.base_tensor.dtype`, index the base, then `.view(w.dtype)`)."""
+        if not self.alloc.whole:
+            raise NKIError("NkiTensor.base_tensor", f"{self.name or 'this tensor'} is a block tensor or an "
+                           "allocator-placed tile, whose base the simulator does not model",
+                           "index the tensor itself, or allocate it with nl.ndarray without block axes")
+        return NkiTensor(self.alloc, self.alloc.storage)
 
     # --- AWS's NkiTensor view API (shape-based views; all share the allocation, nothing is copied)
     @property

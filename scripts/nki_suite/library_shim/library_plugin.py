@@ -12,6 +12,22 @@ nki-library's conftest):
   step, so at d2ad3a5 every simulated case stops on an AttributeError after the kernel ran; the
   plugin gives the class the attribute's "nothing compiled" value, None (the method then returns, as
   it does for a kernel without output specs);
+- packed MX outputs compared by value, as AWS's validator compares them: its `_compare_outputs`
+  casts each output to float32 and, where that raises TypeError (AWS's host packed dtypes refuse
+  the cast), unpacks both sides into their values first. This simulator's packed host arrays are
+  unsigned-integer containers (a NumPy union dtype named after the type: no Python-level NumPy dtype
+  can refuse the cast), which the cast would compare as integers, at a tolerance relative to the
+  largest container (a difference in the low bytes' values would pass); the plugin unpacks them
+  (torch_neuronx.nki.dtypes.PackedX4.unpack, the values AWS's unpackers give) before the comparison;
+- packed MX outputs read as the golden's dtype bit for bit: on hardware the library reads each
+  output file with its golden's dtype (`np.fromfile`), so a test may give the golden of a packed
+  output as the containers' bytes viewed as float32 (experimental `mxfp_load`); in simulation it
+  converts the simulator's outputs with `np.asarray(output, dtype=golden.dtype)`, which for this
+  simulator's integer containers would convert their values; the plugin hands such outputs over so
+  that the conversion reinterprets the bytes where the golden's element has the container's size;
+- `neuronxcc.starfish.support.dtype`, where AWS's compiler package keeps the host dtype helpers that
+  `neuron_dtypes` also has (qkv_cte's MX tests import `static_cast` from it): the shim's
+  `neuron_dtypes` under that name;
 - a per-case time limit (NKI_SUITE_CASE_TIMEOUT seconds, default 120), so one slow case costs its
   file one failure, not the file's whole time budget.
 """
@@ -66,10 +82,79 @@ class _StubFinder:
 sys.meta_path.insert(0, _StubFinder())
 
 
+def _starfish_dtype():
+    """neuronxcc.starfish.support.dtype: the shim's neuron_dtypes (`neuronxcc` itself is
+    torch_neuronx's stand-in package, which holds only `nki`)."""
+    import neuron_dtypes
+
+    for name in ("neuronxcc.starfish", "neuronxcc.starfish.support"):
+        package = types.ModuleType(name, "stand-in of scripts/nki_suite/library_shim/library_plugin.py")
+        package.__path__ = []
+        sys.modules.setdefault(name, package)
+    sys.modules.setdefault("neuronxcc.starfish.support.dtype", neuron_dtypes)
+
+
+def pytest_configure(config):
+    _starfish_dtype()
+
+
 def pytest_sessionstart(session):
     orchestrator = sys.modules.get("test.utils.test_orchestrator")
     if orchestrator is not None and not hasattr(orchestrator.Orchestrator, "_compiled_kernel"):
         orchestrator.Orchestrator._compiled_kernel = None
+    validator = sys.modules.get("test.utils.output_validator")
+    if validator is not None and not getattr(validator.OutputValidator._compare_outputs, "_unpacks", False):
+        validator.OutputValidator._compare_outputs = _unpacking(validator.OutputValidator._compare_outputs)
+
+
+    simulation = sys.modules.get("test.utils.simulation_setup")
+    if simulation is not None and not getattr(simulation.simulate_kernel, "_as_bytes", False):
+        simulation.simulate_kernel = _packed_as_bytes(simulation.simulate_kernel)
+
+
+class _PackedOutput:
+    """A packed MX output array that NumPy converts to a dtype of its container's size by
+    reinterpreting the bytes (as reading the output file with that dtype does), else as usual."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __array__(self, dtype=None, copy=None):
+        import numpy as np
+
+        if dtype is not None and np.dtype(dtype).itemsize == self.array.dtype.itemsize:
+            return self.array.view(dtype)
+        return np.asarray(self.array, dtype=dtype)
+
+
+def _packed_as_bytes(simulate):
+    """`simulate` (simulation_setup.simulate_kernel) with its packed MX outputs as _PackedOutput."""
+    import numpy as np
+    from torch_neuronx.nki.dtypes import packed_host
+
+    def simulate_bytes(*args, **kwargs):
+        return [_PackedOutput(o) if isinstance(o, np.ndarray) and packed_host(o.dtype) is not None else o
+                for o in simulate(*args, **kwargs)]
+
+    simulate_bytes._as_bytes = True
+    return simulate_bytes
+
+
+def _unpacking(compare):
+    """`compare` (OutputValidator._compare_outputs) given packed MX outputs as their float32 values."""
+    from torch_neuronx.nki.dtypes import packed_host
+
+    def compare_values(self, actual_outputs, golden_output, *args, **kwargs):
+        actual, golden = dict(actual_outputs), dict(golden_output)
+        for key, expected in golden_output.items():
+            packed = packed_host(getattr(expected, "dtype", None))
+            if packed is not None and key in actual:
+                golden[key] = packed.unpack(expected)
+                actual[key] = packed.unpack(actual[key])
+        return compare(self, actual, golden, *args, **kwargs)
+
+    compare_values._unpacks = True
+    return compare_values
 
 
 class CaseTimeout(BaseException):

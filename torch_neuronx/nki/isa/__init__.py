@@ -71,9 +71,11 @@ def _tensor(x, instr, role) -> NkiTensor:
     return x
 
 
-# Instructions that take packed MX (*_x4) operands: the MX ones, and copies of the containers.
+# Instructions that take packed MX (*_x4) operands: the MX ones, and copies of the containers
+# (sendrecv is a DMA between the two cores' SBUFs: nki-library's rmsnorm_mx_quantize_tkg exchanges
+# its quantized halves with it).
 _PACKED_OK = {"nisa.dma_copy", "nisa.tensor_copy", "nisa.memset", "nisa.quantize_mx", "nisa.nc_matmul_mx",
-              "nl.load", "nl.load_transpose2d", "nl.copy"}
+              "nisa.sendrecv", "nl.load", "nl.load_transpose2d", "nl.copy"}
 
 
 def _packed_copy(instr, dst, src):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from torch_neuronx import config
 from .. import dtypes as _dt
 from ..errors import NKIError
 from ..runtime import PMAX, current
@@ -87,14 +88,26 @@ def _scale_values(scale, partitions) -> np.ndarray:
     return np.where(bits == SCALE_NAN, np.float32(np.nan), values)
 
 
+def _scale_headroom(instr) -> int:
+    """Exponent added to the OCP sample algorithm's block scale: 1 (two times larger) since NKI 0.5.0,
+    0 before; the two NKI versions' kernels and goldens differ in it (config.quantize_mx_scale)."""
+    try:
+        return 1 if config.quantize_mx_scale() == "double" else 0
+    except ValueError as error:
+        raise NKIError(instr, str(error), f"set {config.quantize_mx_scale.name} to `double` (NKI 0.5.0 and "
+                       "later, the default) or `ocp` (NKI 0.4.0 and earlier), or unset it") from None
+
+
 def quantize_mx(dst, src, dst_scale, name=None):
     """Quantize float16/bfloat16 `src` [P, 4F] to MXFP8 (Vector Engine, NeuronCore-v4): `dst` [P, F]
     float8_e5m2_x4 / float8_e4m3fn_x4 and one E8M0 scale per group of 8 partitions x 4 elements in
     `dst_scale` (uint8 or float8_e8m0fnu, quadrant layout). All three in SBUF, P a multiple of 32.
 
-    Scale: AWS documents a block scale two times the OCP sample algorithm's, 2 ** (floor(log2(amax))
-    - emax + 1) with emax the element type's largest exponent (8 for E4M3, 15 for E5M2), so that the
-    largest values round without saturating; elements are value / scale rounded to nearest even."""
+    Scale: since NKI 0.5.0 AWS documents a block scale two times the OCP sample algorithm's,
+    2 ** (floor(log2(amax)) - emax + 1) with emax the element type's largest exponent (8 for E4M3, 15
+    for E5M2), so that the largest values round without saturating; NKI 0.4.0 and earlier used the OCP
+    scale (TORCH_NEURONX_NKI_QUANTIZE_MX_SCALE chooses). Elements are value / scale rounded to nearest
+    even."""
     instr = "nisa.quantize_mx"
     dst, src = _tensor(dst, instr, "dst"), _tensor(src, instr, "src")
     scale = _tensor(dst_scale, instr, "dst_scale")
@@ -127,7 +140,7 @@ def quantize_mx(dst, src, dst_scale, name=None):
         amax = np.abs(groups).max(axis=(1, 3))
     finite = np.isfinite(amax)
     exponent = np.frexp(np.where(finite, amax, 0))[1] - 1  # floor(log2(amax)) for amax > 0
-    biased = np.clip(exponent - emax + 1 + SCALE_BIAS, 0, SCALE_NAN - 1)
+    biased = np.clip(exponent - emax + _scale_headroom(instr) + SCALE_BIAS, 0, SCALE_NAN - 1)
     biased = np.where(amax > 0, biased, 0)
     biased = np.where(finite, biased, SCALE_NAN).astype(np.int32)
     # value / scale, an exact power-of-two step; a group with Inf/NaN (scale NaN) is cast unscaled.

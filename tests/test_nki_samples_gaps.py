@@ -493,3 +493,64 @@ def test_numpy_mod_as_alu_operator():
     got = kernel(a)
     np.testing.assert_allclose(got[0], np.mod(a, -3.0), atol=1e-5)
     np.testing.assert_allclose(got[1], np.fmod(a, -3.0), atol=1e-5)
+
+
+# ---------------------------------------------------------------------------- a single element
+def test_single_element_load_is_a_1x1_tile_and_store_writes_it():
+    """`nl.load(a[b, h])` of a 2-D HBM tensor (no axis left) is a [1, 1] SBUF tile, as AWS
+    documents (`a_tile: tensor[1, 1] = nl.load(a[0, 0])`); `nl.store(out[b, h], ...)` writes that one
+    element (nki-samples' flash_attn_bwd loads `sinks[b, h]` and stores its gradient so)."""
+    B, H = 2, 3
+
+    @nki.jit
+    def kernel(sinks):
+        out = nl.ndarray((B, H), nl.float32, buffer=nl.shared_hbm)
+        for b in nl.affine_range(B):
+            for h in nl.affine_range(H):
+                s = nl.load(sinks[b, h], dtype=nl.float32)
+                assert s.shape == (1, 1)
+                plane = nl.add(nl.zeros((128, 1), dtype=nl.float32), s)   # the element on 128 partitions
+                total = nisa.tensor_partition_reduce(np.add, plane)
+                nl.store(out[b, h], value=total)
+        return out
+
+    sinks = np.random.default_rng(0).standard_normal((B, H)).astype(np.float32)
+    np.testing.assert_allclose(kernel(sinks), 128 * sinks, rtol=1e-6)
+
+
+def test_store_into_a_single_element_leaves_its_neighbours():
+    @nki.jit
+    def kernel(a):
+        out = nl.ndarray((4, 5), nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(a))
+        nl.store(out[2, 3], value=nl.full((1, 1), -7.0, nl.float32))
+        return out
+
+    a = np.arange(20, dtype=np.float32).reshape(4, 5)
+    want = a.copy()
+    want[2, 3] = -7.0
+    np.testing.assert_array_equal(kernel(a), want)
+
+
+# ---------------------------------------------------------------------------- int tile / int
+def test_int32_tile_divided_by_int_is_int32_rounded():
+    """AWS's type promotion: a Python int is a weakly typed int32, so int32 tile / int is int32; the
+    Vector Engine divides in float32 and converts on output, to nearest (AWS's nki-library floors with
+    `round(x / y - 0.5)` through that conversion). nl.floor of the int32 result changes nothing: this
+    is why nki-samples' resize_nearest_fixed_dma_kernel gets 59 for 2241 / 38 (it needs 58)."""
+    @nki.jit
+    def kernel():
+        out = nl.ndarray((2, 128, 1), nl.int32, buffer=nl.shared_hbm)
+        pos = nisa.iota(2176 + nl.arange(128)[:, None], dtype=nl.int32)
+        q = pos / 38
+        assert q.dtype == nl.int32
+        nl.store(out[0], q)
+        nl.store(out[1], nl.floor(q, dtype=nl.int32))
+        return out
+
+    got = kernel()
+    pos = 2176 + np.arange(128).reshape(128, 1)
+    want = np.rint((pos / 38).astype(np.float32)).astype(np.int32)
+    np.testing.assert_array_equal(got[0], want)
+    np.testing.assert_array_equal(got[1], want)
+    assert got[0][2241 - 2176, 0] == 59

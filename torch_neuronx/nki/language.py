@@ -291,9 +291,11 @@ def shared_identity_matrix(n, dtype=uint8, dst=None, name=None):
 
 # ---------------------------------------------------------------------------- data movement
 def load(src, dtype=None, name=None) -> NkiTensor:
-    """Copy an HBM view into a new SBUF tile (one DMA)."""
+    """Copy an HBM view into a new SBUF tile (one DMA). A single element (`a[0, 0]`, a view with
+    no axis left) loads into a [1, 1] tile, as AWS documents (`a_tile: tensor[1, 1] =
+    nl.load(a[0, 0])`; on-chip tensors keep a partition axis)."""
     src = _isa._tensor(src, "nl.load", "src")
-    tile = _new(src.shape, dtype or src.dtype, sbuf, name, "nl.load")
+    tile = _new(src.shape or (1, 1), dtype or src.dtype, sbuf, name, "nl.load")
     _isa.dma_copy(tile, src)
     return tile
 

@@ -234,7 +234,9 @@ class NkiTensor:
                 raise NKIError("tensor indexing", f"unsupported index {item!r}",
                                "use ints, slices or nl.ds(start, size)")
             axis += 1
-        return NkiTensor(self.alloc, data[tuple(items)], offset, lead, dtype=self.vdtype)
+        # The trailing Ellipsis keeps an element (`out[b, h]`, every axis an int) a 0-d view of the
+        # memory, not the copied NumPy scalar plain indexing gives: nl.store writes through it.
+        return NkiTensor(self.alloc, data[(*items, Ellipsis)], offset, lead, dtype=self.vdtype)
 
     def __setitem__(self, index, value):
         """The older dialect's write: `t[i_p, i_f] = nl.load(...)`, `t[k] = expr` (see nl.assign)."""

@@ -90,3 +90,67 @@ def test_results_sections_are_replaced_not_appended(tmp_path):
     text = path.read_text()
     assert "new" in text and "old" not in text and "kept" in text
     assert text.index("## A") < text.index("## B")
+
+
+def _profile_compile_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("profile_compile", ROOT / "benchmarks" / "profile_compile.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_profile_compile_reads_dots_and_times_the_same_contraction():
+    """The profiler's dots, read from StableHLO text, are timed in torch as the same
+    contraction XLA computes (batched, contracting either dimension), within float32
+    tolerance of jax's dot_general on the same operands."""
+    import jax
+    import numpy as np
+    import torch
+    from jax import lax
+
+    profile = _profile_compile_module()
+    text = "\n".join([
+        "%3 = stablehlo.dot_general %1, %2, contracting_dims = [0] x [0], precision = [DEFAULT, DEFAULT] "
+        ": (tensor<64x48xf32>, tensor<64x32xf32>) -> tensor<48x32xf32>",
+        "%7 = stablehlo.dot_general %5, %6, batching_dims = [0, 1] x [0, 1], contracting_dims = [2] x [3], "
+        "precision = [DEFAULT, DEFAULT] : (tensor<2x3x8x5xbf16>, tensor<2x3x7x8xbf16>) -> tensor<2x3x5x7xbf16>",
+    ])
+    dots = profile.dots_of(text)
+    assert [(d["lhs"], d["rhs"], d["batch"], d["contract"], d["dtype"]) for d in dots] == [
+        ((64, 48), (64, 32), ((), ()), ((0,), (0,)), "f32"),
+        ((2, 3, 8, 5), (2, 3, 7, 8), ((0, 1), (0, 1)), ((2,), (3,)), "bf16"),
+    ]
+    for dot in dots:
+        got = profile._torch_contraction(dot)().float().numpy()
+        g = torch.Generator().manual_seed(0)   # the operands _torch_contraction draws
+        lhs, rhs = (torch.randn(dot[k], generator=g).float().numpy() for k in ("lhs", "rhs"))
+        if dot["dtype"] == "bf16":   # the operands as rounded to bf16
+            lhs, rhs = (torch.from_numpy(v).bfloat16().float().numpy() for v in (lhs, rhs))
+        want = np.asarray(lax.dot_general(jax.numpy.asarray(lhs), jax.numpy.asarray(rhs),
+                                          (dot["contract"], dot["batch"])))
+        tol = 1e-4 if dot["dtype"] == "f32" else 3e-2
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+def test_profile_compile_quick_runs(tmp_path):
+    """Both training steps report finite times, their forward and backward graphs, and
+    the dots of each graph (the MLP: 3 forward, 5 backward)."""
+    out = tmp_path / "profile.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "profile_compile.py"), "--quick", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert [r["case"] for r in results] == ["MLP training step", "Transformer block training step"]
+    for r in results:
+        for key in ("eager_step_s", "compiled_step_s", "optimizer_s", "speedup", "dispatch_s"):
+            assert math.isfinite(r[key]) and r[key] > 0, (r["case"], key)
+        assert [g["graph"].rsplit("_", 1)[-1] for g in r["graphs"]] == ["forward", "backward"], r["graphs"]
+        for g in r["graphs"]:
+            for key in ("call_s", "xla_in_step_s", "xla_alone_s"):
+                assert math.isfinite(g[key]) and g[key] > 0, (g["graph"], key)
+            assert g["dots"] and all(d["xla_s"] >= 0 and d["torch_s"] > 0 for d in g["dots"])
+    assert [len(g["dots"]) for g in results[0]["graphs"]] == [3, 5]

@@ -626,3 +626,82 @@ def test_shift_operators_compile_as_bitwise_shifts(dtype):
     for result, expected in zip(got, shifts(x, amounts)):
         assert result.dtype == expected.dtype
         assert torch.equal(result.cpu(), expected)
+
+
+def _recording_graphs(monkeypatch):
+    """The (graph, inputs, outputs) of each compiled-graph call."""
+    from torch_neuronx.compiler import executable
+
+    calls = []
+    original = executable.CompiledGraph.__call__
+
+    def recorded(self, args):
+        outputs = original(self, args)
+        calls.append((self, list(args), outputs))
+        return outputs
+
+    monkeypatch.setattr(executable.CompiledGraph, "__call__", recorded)
+    return calls
+
+
+def test_saved_views_of_inputs_are_host_views_not_xla_copies(monkeypatch):
+    """AOTAutograd saves the matmuls' transposed weights and the input for the
+    backward: the forward returns them as views of the inputs (no copy in XLA),
+    the backward reads them where they are, and gradients equal eager's."""
+    calls = _recording_graphs(monkeypatch)
+    eager, compiled_model = mlp().to(DEVICE), mlp().to(DEVICE)
+    compiled = torch.compile(compiled_model, backend="neuron")
+    x = torch.randn(8, 16, device=DEVICE)
+    eager(x).square().sum().backward()
+    compiled(x).square().sum().backward()
+    for p, q in zip(eager.parameters(), compiled_model.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad.cpu(), rtol=1e-5, atol=1e-5)
+    forward, inputs, outputs = calls[0]
+    assert forward.input_views  # the transposed weights and x
+    input_pointers = {t.data_ptr() for t in inputs if isinstance(t, torch.Tensor)}
+    for position in forward.input_views:
+        assert outputs[position].data_ptr() in input_pointers  # a view, not a copy
+    transposed = [outputs[p] for p in forward.input_views if not outputs[p].is_contiguous()]
+    assert transposed  # the backward is handed transposed weights ...
+    backward, _, _ = calls[1]
+    assert any(key[1][-1][0] == "layouts" for key in _executable_keys(backward))  # ... read in place
+
+
+def _executable_keys(graph):
+    from torch_neuronx.compiler import executable
+
+    return [key for key in executable._EXECUTABLES if key[0] == graph.key and key[1] and
+            isinstance(key[1][-1], tuple) and key[1][-1][:1] == ("layouts",)]
+
+
+def test_weight_updated_between_forward_and_backward_raises_as_in_eager():
+    """The saved transposed weight is a view of the parameter, so autograd's
+    version check sees an in-place update, as in eager (a copy would silently
+    give gradients of the old weight)."""
+    for model in (mlp().to(DEVICE), torch.compile(mlp().to(DEVICE), backend="neuron")):
+        loss = model(torch.randn(8, 16, device=DEVICE)).sum()
+        with torch.no_grad():
+            list(model.parameters())[2].add_(1.0)  # the second Linear's weight, saved transposed
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            loss.backward()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_transposed_inputs_are_read_in_place_and_give_the_same_results(dtype):
+    from torch_neuronx.compiler.executable import _dense_layout
+
+    fn = torch.compile(lambda a, b: a @ b + 1, backend="neuron")
+    a = torch.randn(6, 5, device=DEVICE, dtype=dtype)
+    b3 = torch.randn(4, 7, 5, device=DEVICE, dtype=dtype)
+    dense, order = _dense_layout(b3.permute(2, 0, 1))
+    assert order is not None and dense.is_contiguous() and dense.data_ptr() == b3.data_ptr()
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    for b in (torch.randn(5, 3, device=DEVICE, dtype=dtype),  # contiguous
+              torch.randn(3, 5, device=DEVICE, dtype=dtype).t(),  # same shape, transposed
+              torch.randn(5, 5, device=DEVICE, dtype=dtype).t()[:, :3]):  # not dense: copied
+        expected = (a.cpu().float() @ b.cpu().float() + 1).to(dtype)
+        torch.testing.assert_close(fn(a, b).cpu(), expected, **tol)
+    batched = torch.compile(lambda p, q: torch.bmm(p, q), backend="neuron")
+    p = torch.randn(4, 6, 5, device=DEVICE, dtype=dtype)
+    q = torch.randn(5, 4, 7, device=DEVICE, dtype=dtype).permute(1, 0, 2)  # batch dim not outermost
+    torch.testing.assert_close(batched(p, q).cpu(), torch.bmm(p.cpu().float(), q.cpu().float()).to(dtype), **tol)

@@ -10,6 +10,7 @@ torch_neuronx.compiler.cache, whose hits skip tracing and lowering.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 import time
@@ -84,7 +85,7 @@ class CompiledGraph:
         self.emulate_fp64 = _emulate_fp64()
         self.mutations = _mutations(gm)
         self.output_nodes = next(n for n in gm.graph.nodes if n.op == "output").args[0]
-        self._jitted = jax.jit(self._interpret)
+        self.input_views = _input_views(gm, self.output_nodes, {index for index, _, _ in self.mutations})
         self._recorded: set = set()  # the signatures whose executable has its metrics record
         # The metrics record's names (set by backend.compile_graph, with the FX passes' time).
         self.naming: dict | None = None
@@ -108,22 +109,35 @@ class CompiledGraph:
         self.naming = metrics.naming(self.name, self.gm)
 
     # -- tracing ---------------------------------------------------------------
-    def _interpret(self, seed, *arrays):
+    def _interpret(self, layouts, seed, *arrays):
+        """`layouts`: per input, None or the permutation that turns the dense
+        array passed (the input's bytes in memory order, _dense_layout) back
+        into the input; XLA folds it into the ops that read the input."""
+        import jax.numpy as jnp
+
         from torch_neuronx import lowering
+
+        arrays = [a if order is None else jnp.transpose(a, order) for a, order in zip(arrays, layouts)]
 
         replaced = {node: src for _, src, node in self.mutations}
         ctx = lowering.TraceContext(seed, emulate_fp64=self.emulate_fp64)
         outputs, env = run_graph(self.gm, arrays, ctx, replaced)
         written = [env[src] for _, src, _ in self.mutations]
+        if self.input_views:  # made on the host at each call (InputView): XLA neither computes nor copies them
+            outputs = [None if i in self.input_views else o for i, o in enumerate(outputs)]
         return outputs, written
 
     # -- running ---------------------------------------------------------------
     def __call__(self, args):
         device = _device_of(args)
         inputs = host_random.with_draws(self.draws, args, device)
-        arrays = [jax_input(a, i) if isinstance(a, torch.Tensor) else a for i, a in enumerate(inputs)]
+        arrays, layouts = [], []
+        for i, a in enumerate(inputs):
+            dense, order = _dense_layout(a) if isinstance(a, torch.Tensor) else (a, None)
+            arrays.append(jax_input(dense, i) if isinstance(a, torch.Tensor) else a)
+            layouts.append(order)
         seed = _draw_seed(device) if self.uses_rng else 0
-        executable = self._executable(seed, arrays)
+        executable = self._executable(seed, arrays, tuple(layouts))
         # Observed to the outputs' conversion: XLA runs asynchronously until they are taken.
         with observe.work("graph", self.name, device.index, graph=self.key[:16],
                           objects={"graph": self, "key": id(executable), "executable": executable}):
@@ -135,10 +149,14 @@ class CompiledGraph:
                 from_jax(o, device, dtype) if o is not None else None
                 for o, dtype in zip([outputs] if single else outputs, self.output_dtypes)
             ]
+        for position, view in self.input_views.items():
+            converted[position] = view.apply(inputs, device)
         return converted[0] if single else converted
 
-    def _executable(self, seed, arrays):
+    def _executable(self, seed, arrays, layouts):
         signature = tuple((a.shape, a.dtype) if hasattr(a, "dtype") else a for a in arrays)
+        if any(layouts):
+            signature += (("layouts", layouts),)
         key = (self.key, signature, self.emulate_fp64)
         with _EXECUTABLES_LOCK:
             executable = _EXECUTABLES.get(key)
@@ -155,13 +173,13 @@ class CompiledGraph:
             [self.key.encode(), repr(signature).encode(), bytes([self.emulate_fp64])])
         lowered, lower_seconds = None, 0.0
         if artifacts.directory() is not None:
-            lowered, lower_seconds = self._lower(seed, arrays)
+            lowered, lower_seconds = self._lower(seed, arrays, layouts)
             artifacts.write(self.name, self.gm.code, lowered.as_text())
         # A hit skips tracing and lowering; it reports the times of the build that stored it.
         executable, times = cache.load_entry(disk_key) if disk_key else (None, None)
         if executable is None:
             if lowered is None:
-                lowered, lower_seconds = self._lower(seed, arrays)
+                lowered, lower_seconds = self._lower(seed, arrays, layouts)
             compile_start = time.perf_counter()
             executable = lowered.compile()
             times = (lower_seconds, time.perf_counter() - compile_start)
@@ -177,10 +195,12 @@ class CompiledGraph:
             self._record(signature, *build)
         return executable
 
-    def _lower(self, seed, arrays):
+    def _lower(self, seed, arrays, layouts):
         """The graph traced through the lowering table to StableHLO, and the seconds it took."""
+        import jax
+
         start = time.perf_counter()
-        lowered = self._jitted.lower(seed, *arrays)
+        lowered = jax.jit(functools.partial(self._interpret, layouts)).lower(seed, *arrays)
         return lowered, time.perf_counter() - start
 
     def _record(self, signature, graph_id: str, lower_seconds: float, compile_seconds: float) -> None:
@@ -200,6 +220,82 @@ class CompiledGraph:
             torch_neuronx_lower_us=int(lower_seconds * 1e6),
             torch_neuronx_compile_us=int(compile_seconds * 1e6),
         ))
+
+
+# Ops whose result reads its input's elements unchanged; applied on the host they make a
+# view (reshape: a view where the strides allow one, else a copy with the same values).
+_VIEW_OPS = {
+    torch.ops.aten.permute.default, torch.ops.aten.t.default, torch.ops.aten.transpose.int,
+    torch.ops.aten.expand.default, torch.ops.aten.alias.default, torch.ops.aten.detach.default,
+    torch.ops.aten.unsqueeze.default, torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims,
+    torch.ops.aten.squeeze.default, torch.ops.aten.slice.Tensor, torch.ops.aten.select.int,
+    torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default,
+}
+_RESHAPES = {torch.ops.aten.view.default: torch.ops.aten.reshape.default,
+             torch.ops.aten._unsafe_view.default: torch.ops.aten.reshape.default}
+
+
+class InputView:
+    """A graph output that is a graph input or a chain of view ops on one
+    (AOTAutograd saves the inputs and transposed weights of matmuls for the
+    backward). XLA would return it as a fresh buffer, copying it (a transposed
+    512x512 weight: one 1 MiB copy per step); it is made on the host instead,
+    by the same ops on the input tensor, as eager and Inductor make it."""
+
+    def __init__(self, index: int, ops: list[tuple]):
+        self.index = index  # the placeholder's position in the graph's inputs
+        self.ops = ops  # (op, the arguments after the tensor), applied in order
+
+    def apply(self, inputs, device: torch.device) -> torch.Tensor:
+        tensor = inputs[self.index]
+        if not isinstance(tensor, torch.Tensor):  # a SymInt input saved for the backward
+            return tensor
+        if tensor.device != device:  # a CPU input, run on the device (docs/compile.md)
+            tensor = tensor.to(device)
+        for op, rest in self.ops:
+            tensor = _RESHAPES.get(op, op)(tensor, *rest)
+        return tensor
+
+
+def _input_views(gm: torch.fx.GraphModule, outputs, mutated: set[int]) -> dict[int, InputView]:
+    """{output position: InputView} for the outputs that only view a tensor
+    input the graph does not write to (a written input ends with its new value,
+    the output is its old one)."""
+    if not isinstance(outputs, (list, tuple)):
+        return {}
+    placeholders = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+    found = {}
+    for position, node in enumerate(outputs):
+        ops = []
+        while isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in _VIEW_OPS \
+                and not node.kwargs and _static(node.args[1:]):
+            ops.append((node.target, tuple(node.args[1:])))
+            node = node.args[0]
+        if isinstance(node, torch.fx.Node) and node in placeholders and placeholders[node] not in mutated:
+            found[position] = InputView(placeholders[node], ops[::-1])
+    return found
+
+
+def _dense_layout(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...] | None]:
+    """(a contiguous view of the tensor's bytes, the permutation that gives the
+    tensor back from it) for a transposed dense tensor, such as a weight's
+    transpose saved for the backward (InputView); (tensor, None) otherwise.
+    The graph then reads the bytes where they are instead of a copy made to
+    hand XLA a dense buffer (conversions.host_input)."""
+    if tensor.dim() < 2 or tensor.is_contiguous():
+        return tensor, None
+    memory_order = sorted(range(tensor.dim()), key=lambda d: -tensor.stride(d))
+    dense = tensor.permute(memory_order)
+    if not dense.is_contiguous():
+        return tensor, None
+    return dense, tuple(memory_order.index(d) for d in range(tensor.dim()))
+
+
+def _static(args) -> bool:
+    """Whether `args` hold no graph values (symbolic sizes): the view is the same at every call."""
+    nodes = []
+    torch.fx.node.map_arg(args, nodes.append)
+    return not nodes
 
 
 def _graph_identity(gm: torch.fx.GraphModule) -> str:

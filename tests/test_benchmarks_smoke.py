@@ -13,19 +13,23 @@ SCRIPT = ROOT / "benchmarks" / "bench_eager.py"
 CASES = {"add16", "add64x64", "matmul1024", "mlp_step", "transformer_step"}
 
 
+def _run_quick(script: str, out: Path, timeout: int):
+    """Run benchmarks/<script> --quick --json out; the JSON it wrote. The timeout only guards
+    against a hang."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), "--quick", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
 def test_bench_eager_quick_runs(tmp_path):
     out = tmp_path / "bench.json"
     results_md = ROOT / "benchmarks" / "RESULTS.md"
     before = results_md.read_bytes() if results_md.exists() else None
 
-    # The timeout only guards against a hang; --quick normally takes ~15 s.
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-
-    payload = json.loads(out.read_text())
+    payload = _run_quick(SCRIPT.name, out, timeout=300)  # --quick normally takes ~15 s
     cases = {case["name"]: case for case in payload["cases"]}
     assert set(cases) == CASES
     for name, case in cases.items():
@@ -46,12 +50,7 @@ def test_bench_distributed_quick_runs(tmp_path):
     """2 ranks, 1 and 4 MiB: both sides report a bandwidth, the all_reduce sums are
     right and DDP on neuron ends with the same parameters as DDP on CPU."""
     out = tmp_path / "dist.json"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_distributed.py"), "--quick", "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = json.loads(out.read_text())["2"]
+    result = _run_quick("bench_distributed.py", out, timeout=600)["2"]
     assert result["correct"]
     assert [case["mib"] for case in result["allreduce"]] == [1, 4]
     for case in result["allreduce"]:
@@ -64,12 +63,7 @@ def test_bench_profiler_quick_runs(tmp_path):
     """Every case reports its three timings and finite ratios against the plain run
     measured in the same process; RESULTS.md is left alone."""
     out = tmp_path / "profiler.json"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_profiler.py"), "--quick", "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    results = json.loads(out.read_text())
+    results = _run_quick("bench_profiler.py", out, timeout=300)
     assert len(results) == 3
     for name, case in results.items():
         for key in ("plain_s", "cpu_s", "device_s", "device_exit_s"):
@@ -138,12 +132,7 @@ def test_profile_compile_quick_runs(tmp_path):
     """Both training steps report finite times, their forward and backward graphs, and
     the dots of each graph (the MLP: 3 forward, 5 backward)."""
     out = tmp_path / "profile.json"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "profile_compile.py"), "--quick", "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    results = json.loads(out.read_text())
+    results = _run_quick("profile_compile.py", out, timeout=600)
     assert [r["case"] for r in results] == ["MLP training step", "Transformer block training step"]
     for r in results:
         for key in ("eager_step_s", "compiled_step_s", "optimizer_s", "speedup", "dispatch_s"):

@@ -253,13 +253,18 @@ def _dynamic_out_of_bounds_view(t, pairs, first, offset):
     each flagged in or out of bounds (indirect_view), so that oob_mode=skip can leave the outside
     ones out and any other use names the offset."""
     lo, hi = _bounds(t)
-    flat = np.full((1,) * len(pairs), first, dtype=np.int64)
-    for k, (step, num) in enumerate(pairs):
+    flat = _stepped(np.full((1,) * len(pairs), first, dtype=np.int64), pairs, 0)
+    rows = np.full(pairs[0][1], offset, dtype=np.int64)
+    return indirect_view(t, flat, lo, hi, _INSTR, rows)
+
+
+def _stepped(flat, pairs, first_axis):
+    """`flat` (element indices, one axis per pair) plus each pair's steps from `first_axis` on."""
+    for k, (step, num) in enumerate(pairs[first_axis:], start=first_axis):
         shape = [1] * len(pairs)
         shape[k] = num
         flat = flat + (step * np.arange(num, dtype=np.int64)).reshape(shape)
-    rows = np.full(pairs[0][1], offset, dtype=np.int64)
-    return indirect_view(t, flat, lo, hi, _INSTR, rows)
+    return flat
 
 
 def _vector_offset_view(t, pairs, offset, vector_offset, indirect_dim, dtype):
@@ -280,8 +285,4 @@ def _vector_offset_view(t, pairs, offset, vector_offset, indirect_dim, dtype):
     rows = vector_offsets(_INSTR, vector_offset, count)
     lo, hi = _bounds(t)
     flat = (lo + offset + rows * math.prod(t.shape[indirect_dim + 1:])).reshape((count,) + (1,) * (len(pairs) - 1))
-    for k, (step, num) in enumerate(pairs[1:], start=1):
-        shape = [1] * len(pairs)
-        shape[k] = num
-        flat = flat + (step * np.arange(num, dtype=np.int64)).reshape(shape)
-    return indirect_view(t, flat, lo, hi, _INSTR, rows)
+    return indirect_view(t, _stepped(flat, pairs, 1), lo, hi, _INSTR, rows)

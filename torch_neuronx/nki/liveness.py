@@ -1,16 +1,18 @@
 """On-chip capacity by tile lifetime, as AWS's allocator sees it.
 
 AWS's compiler gives an SBUF or PSUM tile its memory from the first instruction that uses it to the
-last, not from the `nl.ndarray` call until the kernel's Python drops it: a kernel may keep a name bound to a dead tile (nki-library's MoE CTE keeps a
-transposed bias's PSUM tile in scope while it allocates a full PSUM of accumulators; nki-samples'
-select_and_scatter rebinds a 50 KB tile only after loading the next one). So each program's Run keeps
-a `Lifetimes`: every automatically allocated on-chip tile with the clock ticks of its first and last
-use (instructions that read or write it) or, for a tile no instruction used, of its allocation and of
-the moment Python dropped it (the end of the program if never). nki-library's MoE CTE allocates the
-next round's PSUM accumulators before the last reads of the previous round's. One clock counts allocations, drops and
-instructions. After the program has run, the live bytes (SBUF) and banks (PSUM) are swept over that
-clock; the first allocation that takes a buffer past the target's capacity is the error, at that
-allocation's kernel line. A tile larger than the whole buffer is refused when it is allocated.
+last, not from the `nl.ndarray` call until the kernel's Python drops it. Kernels rely on it:
+nki-library's MoE CTE keeps a dead PSUM tile bound while it allocates all 8 banks, and allocates the
+next round's accumulators before the last reads of the previous round's; nki-samples'
+select_and_scatter rebinds a 50 KB tile only after loading the next one.
+
+So each program's Run keeps a `Lifetimes`: every automatically allocated on-chip tile with the clock
+ticks of its first and last use (instructions that read or write it) or, for a tile no instruction
+used, of its allocation and of the moment Python dropped it (the end of the program if never). One
+clock counts allocations, drops and instructions. After the program has run, the live bytes (SBUF)
+and banks (PSUM) are swept over that clock; the first tile that takes a buffer past the target's
+capacity is the error, at its allocation's kernel line. A tile larger than the whole buffer is
+refused when it is allocated (runtime.Run.allocate).
 
 Reading a tile's value while tracing (a scalar_offset read when a view is made) is not an
 instruction and does not extend its lifetime: capacity errs on the lenient side there.
@@ -74,8 +76,8 @@ class Lifetimes:
                     tile.first_use = self.clock
                 tile.last_use = self.clock
 
-    def sweep(self, kind, capacity=None):
-        """(peak, the tile whose allocation first exceeds capacity or None, the other tiles live then)."""
+    def sweep(self, kind, capacity):
+        """(peak, the tile whose start first exceeds capacity or None, the other tiles live then)."""
         events = []
         for tile in self.tiles.values():
             if tile.kind == kind:
@@ -85,7 +87,7 @@ class Lifetimes:
         live, peak, alive = 0, 0, {}
         for _, adding, key, tile in events:
             if adding:
-                if capacity is not None and live + tile.amount > capacity:
+                if live + tile.amount > capacity:
                     return max(peak, live + tile.amount), tile, list(alive.values())
                 alive[key] = tile
                 live += tile.amount
@@ -107,22 +109,22 @@ def _holders(tiles) -> str:
 
 
 def check(lifetimes: Lifetimes, target) -> tuple[int, int]:
-    """Raise the capacity error of the first allocation past SBUF's or PSUM's size; else the peaks
+    """Raise the capacity error of the first tile past SBUF's or PSUM's size; else the peaks
     (SBUF bytes per partition, PSUM banks)."""
-    sbuf_peak, over, alive = lifetimes.sweep("sbuf", target.sbuf_bytes_per_partition)
-    if over is not None:
-        live = sum(t.amount for t in alive)
-        raise NKIError(over.instruction, f"SBUF capacity exceeded: a {over.shape} tile needs {over.amount} bytes per "
-                       f"partition, {live} of {target.sbuf_bytes_per_partition} are in use by tiles still used "
-                       f"later ({target.name}; bytes per partition of the live tiles: {_holders(alive)})",
-                       "use smaller tiles, or finish with a tile before allocating the next",
-                       location=over.location)
-    psum_peak, over, alive = lifetimes.sweep("psum", target.psum_banks)
-    if over is not None:
-        live = sum(t.amount for t in alive)
-        raise NKIError(over.instruction, f"PSUM capacity exceeded: a {over.shape} tile needs {over.amount} bank(s) of "
-                       f"{target.psum_bank_bytes} bytes per partition, {live} of {target.psum_banks} banks are in "
-                       f"use by tiles still used later ({target.name}; banks of the live tiles: {_holders(alive)})",
-                       "PSUM holds 8 tiles of up to [128, 512] float32; evict results before allocating more",
-                       location=over.location)
-    return sbuf_peak, psum_peak
+    buffers = (  # kind, capacity, the unit of a tile's need, of what is in use, of the holders' amounts, hint
+        ("sbuf", target.sbuf_bytes_per_partition, "bytes per partition", "", "bytes per partition",
+         "use smaller tiles, or finish with a tile before allocating the next"),
+        ("psum", target.psum_banks, f"bank(s) of {target.psum_bank_bytes} bytes per partition", " banks", "banks",
+         "PSUM holds 8 tiles of up to [128, 512] float32; evict results before allocating more"),
+    )
+    peaks = []
+    for kind, capacity, unit, in_use, held, hint in buffers:
+        peak, over, alive = lifetimes.sweep(kind, capacity)
+        if over is not None:
+            live = sum(t.amount for t in alive)
+            raise NKIError(over.instruction, f"{kind.upper()} capacity exceeded: a {over.shape} tile needs "
+                           f"{over.amount} {unit}, {live} of {capacity}{in_use} are in use by tiles still used "
+                           f"later ({target.name}; {held} of the live tiles: {_holders(alive)})", hint,
+                           location=over.location)
+        peaks.append(peak)
+    return peaks[0], peaks[1]

@@ -4,7 +4,7 @@ Instructions execute eagerly as the kernel's Python runs (loops and `if` are ord
 and each one appends a `Instr` record to the trace that the cost model schedules afterwards.
 
 Capacity: every SBUF/PSUM `nl.ndarray` occupies its bytes per partition (PSUM: whole 2 KiB banks)
-from its allocation to its last use, as AWS's allocator frees it (liveness.py); the check runs over
+from its first use to its last, as AWS's allocator places it (liveness.py); the check runs over
 those lifetimes when the program ends. A tile no instruction uses lives until Python drops it.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from .errors import NKIError, kernel_location
-from .liveness import Lifetimes
+from .liveness import Lifetimes, check as _check_lifetimes
 from .targets import Target
 from .tensor import Allocation, Buffer, NkiTensor, box
 
@@ -208,8 +208,7 @@ class Run:
 
     def check_capacity(self):
         """After the program ran: its tiles' lifetimes against SBUF's and PSUM's size (liveness.py)."""
-        from .liveness import check
-        self.peak_sbuf, self.peak_psum_banks = check(self.lifetimes, self.target)
+        self.peak_sbuf, self.peak_psum_banks = _check_lifetimes(self.lifetimes, self.target)
 
     # ------------------------------------------------------------------ trace
     def record(self, op, engine, writes, reads, cost, flops=0, nbytes=0, matmul_dtype=None):

@@ -184,9 +184,15 @@ def allocate(run, shape, blocks: int, dtype, buf: DirectBuffer, instruction) -> 
     itemsize = alloc.storage.itemsize
     bshape, pdim, free = shape[:blocks], shape[blocks], shape[blocks + 1:]
     fdim = math.prod(free) * itemsize
-    offsets = np.empty(bshape, dtype=np.int64)
-    for idx in np.ndindex(*bshape):
-        offsets[idx] = _place(run, buf, idx, pdim, fdim, shape, itemsize, instruction)
+
+    def place():
+        offsets = np.empty(bshape, dtype=np.int64)
+        for idx in np.ndindex(*bshape):
+            offsets[idx] = _place(run, buf, idx, pdim, fdim, shape, itemsize, instruction)
+        return offsets
+
+    # A kernel written for NKI 0.1.0 traced its loop bodies once: one placement per call (trace_once.py).
+    offsets = place() if run.loop_trace is None else run.loop_trace.once((buf.kind, shape, _dt.name(dtype)), place)
     if alloc.acc is not None:  # a new PSUM tensor: no matmul accumulation group is open in it
         rows = np.arange(pdim)[:, None] * alloc.rowbytes
         for off in np.unique(offsets):

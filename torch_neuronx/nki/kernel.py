@@ -26,6 +26,7 @@ from .cost import BenchmarkResult, estimate, schedule
 from .errors import NKIError
 from .runtime import Run, active, set_run
 from .targets import get_target
+from .trace_once import LoopTrace, written_for_nki_0_1
 from .tensor import Allocation, NkiTensor, shared_hbm
 from .typing import TensorSpec
 
@@ -256,8 +257,11 @@ class _Programs:
         self.kwargs = {k: _convert_argument(v, k, self.pairs) for k, v in kwargs.items()}
         self.programs = [run.fork(pid, core) for core, pid in enumerate(itertools.product(*(range(g) for g in grid)))] \
             if grid else [run]
+        nki_0_1 = written_for_nki_0_1(kernel.func)
         for program in self.programs:
             program.world_rank, program.world_size = world_rank, world_size
+            program.nki_0_1 = nki_0_1
+            program.loop_trace = LoopTrace() if nki_0_1 else None
 
     def bodies(self, cores: Cores, first: int) -> list:
         """The programs' bodies for `cores`, whose programs `first`, first + 1, ... they are."""

@@ -26,7 +26,7 @@ from . import dtypes as _dt
 from .errors import NKIError
 from .indexing import arange, mgrid
 from .objects import NKIObject
-from .runtime import ParDim, current
+from .runtime import ParDim, active, current
 from .shared_constant import shared_constant
 from .spmd import nc, spmd_dim
 from .tensor import NkiTensor, box, ds, hbm, private_hbm, psum, sbuf, shared_hbm
@@ -213,13 +213,20 @@ def program_ndim() -> int:
 def affine_range(start, stop=None, step=1, directives=None, precise_schedule=None):
     """Iterations without loop-carried dependencies (the compiler may reorder/pipeline them).
     Resolved at trace time: a Python range. `precise_schedule` (a scheduling hint nki-samples'
-    contributed pipelined_attention passes; not in AWS's reference) is accepted and not acted on."""
-    return builtins.range(start, stop, step) if stop is not None else builtins.range(start)
+    contributed pipelined_attention passes; not in AWS's reference) is accepted and not acted on.
+    In a kernel written for NKI 0.1.0 its body is traced once for direct allocation (trace_once.py)."""
+    return _nl_loop(builtins.range(start, stop, step) if stop is not None else builtins.range(start))
 
 
 def sequential_range(start, stop=None, step=1, directives=None):
-    """Iterations that must run in order (loop-carried dependency). A Python range."""
-    return builtins.range(start, stop, step) if stop is not None else builtins.range(start)
+    """Iterations that must run in order (loop-carried dependency). A Python range (in a kernel
+    written for NKI 0.1.0, traced once for direct allocation: trace_once.py)."""
+    return _nl_loop(builtins.range(start, stop, step) if stop is not None else builtins.range(start))
+
+
+def _nl_loop(iterations: range):
+    run = active()
+    return iterations if run is None or run.loop_trace is None else run.loop_trace.loop(iterations)
 
 
 def static_range(start, stop=None, step=1, directives=None):

@@ -1107,7 +1107,16 @@ def select_where(dst, on_true_tile, on_false_value, keep):
     instr = "nisa.affine_select"
     dst = _tensor(dst, instr, "dst")
     src = _tensor(on_true_tile, instr, "on_true_tile")
-    _access(instr, "gpsimd", reads=[("on_true_tile", src)], writes=[("dst", dst)])
+    reads = [("on_true_tile", src)]
+    run = active()
+    if src.buffer.kind == "psum" and run is not None and run.nki_0_1:
+        # NKI 0.1.0 took a PSUM on_true_tile: its reference stated no buffer rule for affine_select,
+        # and AWS's own 0.1.0 kernels (the 2.20 SD attention tutorial's causal mask, nki-samples'
+        # flash attention) select straight from the matmul's PSUM tile. NKI 0.2.0+'s reference:
+        # "GpSimd Engine cannot access PSUM", which the check below keeps for `import nki` kernels.
+        _drain(src)
+        reads = []
+    _access(instr, "gpsimd", reads=reads, writes=[("dst", dst)])
     _same_layout(instr, dst, src, "on_true_tile")
     where = np.asarray(keep(dst)).reshape(dst.partitions, -1)
     _write(dst, np.where(where, _f32_2d(src), np.float32(on_false_value)))

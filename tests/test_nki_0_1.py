@@ -1,6 +1,6 @@
 """Kernels written for NKI 0.1.0 (`neuronxcc.nki`) keep that version's rules where AWS changed them
 in NKI 0.2.0 (`import nki`): the dialect is the defining module's import
-(torch_neuronx/nki/trace_once.py), so each kernel here lives in a module file of its own, written
+(torch_neuronx/nki/v0_1.py), so each kernel here lives in a module file of its own, written
 once per import style. References are the inputs themselves (copies: exact)."""
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def test_nki_0_1_nested_loops_and_helpers_reuse_each_call_sites_placement(tmp_pa
 
 
 def test_written_for_nki_0_1_reads_the_defining_modules_imports(tmp_path):
-    from torch_neuronx.nki.trace_once import written_for_nki_0_1
+    from torch_neuronx.nki.v0_1 import written_for_nki_0_1
 
     assert written_for_nki_0_1(_loop_module(tmp_path, "0.1").place_in_loop.func)
     assert not written_for_nki_0_1(_loop_module(tmp_path, "0.2").place_in_loop.func)
@@ -164,3 +164,34 @@ def test_nki_0_1_affine_select_reads_psum_nki_0_2_refuses(tmp_path):
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
     with pytest.raises(nki.NKIError, match="on_true_tile is in nl.psum, but the GpSimd Engine cannot read"):
         _module(tmp_path, "0.2", _SELECT_KERNEL).causal_from_psum(q, k)
+
+
+# ---------------------------------------------------------------- nisa.tensor_tensor's free-axis broadcast
+_SCALE_KERNEL = '''
+import numpy as np
+{imports}
+
+@nki.jit
+def scale_rows(x, s):
+    """x: [128, 96], s: [128, 1]: every row of x times its partition's scale, with tensor_tensor
+    (nki-samples' double-row matmul dequantizes this way)."""
+    scaled = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    again = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    xt = nl.load(x)
+    st = nl.load(s)
+    nl.store(scaled, nisa.tensor_tensor(xt, st, nl.multiply))
+    nl.store(again, nisa.tensor_tensor(nisa.tensor_tensor(st, xt, nl.subtract), xt, nl.add))  # s - x + x
+    return scaled, again
+'''
+
+
+def test_nki_0_1_tensor_tensor_broadcasts_free_axes_nki_0_2_refuses(tmp_path):
+    """NKI 0.1.0's reference sends free-axis broadcasting in tensor_tensor to tensor_scalar as the
+    faster way (so tensor_tensor had it); NKI 0.2.0+: the same elements per partition."""
+    x = RNG.standard_normal((128, 96), dtype=np.float32)
+    s = RNG.standard_normal((128, 1), dtype=np.float32)
+    scaled, again = _module(tmp_path, "0.1", _SCALE_KERNEL).scale_rows(x, s)
+    np.testing.assert_allclose(scaled, x * s, rtol=1e-6)
+    np.testing.assert_allclose(again, (s - x) + x, rtol=1e-6, atol=1e-6)
+    with pytest.raises(nki.NKIError, match=r"nisa.tensor_tensor: dst shape \(128, 96\) does not match data2"):
+        _module(tmp_path, "0.2", _SCALE_KERNEL).scale_rows(x, s)

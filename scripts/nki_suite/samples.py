@@ -157,42 +157,19 @@ NOT_COUNTED = {
 }
 
 
-# Why the kernels that still fail fail (December 4 2026, triaged by hand from the logs), for the
+# Why the kernels that still fail fail (December 5 2026, triaged by hand from the logs), for the
 # summary's last column. "owner:" marks a simulator gap another change owns.
 TRIAGE = {
-    "unit/allocated_attention.allocated_fused_self_attn_for_SD_small_head_size":
-        "its trace-time `cur_addr +=` sits in an nl.affine_range body, which AWS's compiler traces once (not "
-        "unrolled) and this simulator runs per iteration, so the 4th iteration places tensors at bytes "
-        "234600 / 249008, past trn2's 224 KiB (AWS's figure; traced once they end at byte 78712 / 97168)",
-    "unit-recipe/double_row_matmul.quantized_double_row_matmul":
-        "nisa.tensor_tensor of a [128, 1024] and a [128, 1] tile: AWS documents that both inputs have the same "
-        "elements per partition (the simulator keeps the rule)",
     "unit/attention.flash_attn_bwd":
-        "nisa.affine_select reads a PSUM tile on the GpSimd Engine, which AWS documents cannot access PSUM "
-        "(the simulator keeps the rule; with sinks too, now that nl.load(sinks[b, h]) is a [1, 1] tile); at "
-        "seqlen 8192 / 4 heads the test's own NumPy reference outgrows the harness's 14 GiB cap (MemoryError)",
-    "unit/attention.flash_fwd":
-        "nisa.affine_select reads a PSUM tile on the GpSimd Engine, which AWS documents cannot access PSUM "
-        "(the simulator keeps the rule)",
+        "nisa.nc_matmul takes a value-returned nisa.nc_transpose (Tensor Engine: its result is in PSUM) as "
+        "stationary; NKI 0.1.0's reference says too that nc_matmul reads SBUF only (the rule stays; its "
+        "affine_select from PSUM is NKI 0.1.0's and passes now); at seqlen 8192 / 4 heads the test's own NumPy "
+        "reference outgrows the harness's 14 GiB cap (MemoryError)",
     "unit/vision.resize_nearest_fixed_dma_kernel":
-        "nl.floor(int32_tile / out_w, dtype=int32): by AWS's type promotion (a Python int is a weak int32) the "
-        "quotient is int32, computed in float32 and converted on output, to nearest here (AWS does not document "
-        "the conversion; its nki-library floors through it as round(x / y - 0.5)), so 2241 / 38 = 58.97 -> 59 "
-        "and the floor changes nothing: the last rows' source index leaves the input",
-    "unit/allocated_fused_linear.allocated_fused_rms_norm_qkv":
-        "owner: PSUM accumulation groups (res_psum[0] += nc_matmul over a loop into a directly allocated bank "
-        "that nothing zeroes: NaN)",
-    "unit/vision.select_and_scatter_kernel":
-        "float32 case: SBUF capacity. The simulator frees a tile when Python drops it, and the kernel rebinds "
-        "`vals_local` (a 50 KB tile) only after loading the next one; AWS's allocator frees it at its last use",
-    "tutorials/attention_fwd_performance.attn_fwd_v8a":
-        "owner: PSUM accumulation groups (attn_out_psum[i] += nc_matmul over the contraction loop starts on an "
-        "unwritten block)",
-    "tutorials/attention_fwd_performance.attn_fwd_v9": "owner: PSUM accumulation groups across loops (direct allocation)",
-    "tutorials/attention_fwd_performance.attn_fwd_v10": "owner: PSUM accumulation groups across loops (direct allocation)",
-    "tutorials/attention_fwd_performance.attn_fwd_v11":
-        "owner: PSUM accumulation groups (attn_out_psum += nc_matmul over the contraction loop starts on an "
-        "unwritten block)",
+        "nl.floor(int32_tile / out_w, dtype=int32): by AWS's type promotion (a Python int is a weak int32, in "
+        "NKI 0.1.0's rules too) the quotient is int32, computed in float32 and converted on output, to nearest "
+        "here (AWS does not document the conversion; its nki-library floors through it as round(x / y - 0.5)), "
+        "so 2241 / 38 = 58.97 -> 59 and the floor changes nothing: the last rows' source index leaves the input",
     "tutorials-old/rotary": "not run: needs loguru and transformers' Llama rotary embedding (not installed here)",
     "contributed/pipelined_attention":
         "its module-level driver launches flash_fwd[0] (a grid of 0 programs; the file says it is tested only "

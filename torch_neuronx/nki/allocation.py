@@ -191,7 +191,7 @@ def allocate(run, shape, blocks: int, dtype, buf: DirectBuffer, instruction) -> 
             offsets[idx] = _place(run, buf, idx, pdim, fdim, shape, itemsize, instruction)
         return offsets
 
-    # A kernel written for NKI 0.1.0 traced its loop bodies once: one placement per call (trace_once.py).
+    # A kernel written for NKI 0.1.0 traced its loop bodies once: one placement per call (v0_1.py).
     offsets = place() if run.loop_trace is None else run.loop_trace.once((buf.kind, shape, _dt.name(dtype)), place)
     if alloc.acc is not None:  # a new PSUM tensor: no matmul accumulation group is open in it
         rows = np.arange(pdim)[:, None] * alloc.rowbytes

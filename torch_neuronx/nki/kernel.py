@@ -26,7 +26,7 @@ from .cost import BenchmarkResult, estimate, schedule
 from .errors import NKIError
 from .runtime import Run, active, set_run
 from .targets import get_target
-from .trace_once import LoopTrace, written_for_nki_0_1
+from .v0_1 import LoopTrace, written_for_nki_0_1
 from .tensor import Allocation, NkiTensor, shared_hbm
 from .typing import TensorSpec
 

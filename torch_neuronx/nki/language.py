@@ -214,13 +214,13 @@ def affine_range(start, stop=None, step=1, directives=None, precise_schedule=Non
     """Iterations without loop-carried dependencies (the compiler may reorder/pipeline them).
     Resolved at trace time: a Python range. `precise_schedule` (a scheduling hint nki-samples'
     contributed pipelined_attention passes; not in AWS's reference) is accepted and not acted on.
-    In a kernel written for NKI 0.1.0 its body is traced once for direct allocation (trace_once.py)."""
+    In a kernel written for NKI 0.1.0 its body is traced once for direct allocation (v0_1.py)."""
     return _nl_loop(builtins.range(start, stop, step) if stop is not None else builtins.range(start))
 
 
 def sequential_range(start, stop=None, step=1, directives=None):
     """Iterations that must run in order (loop-carried dependency). A Python range (in a kernel
-    written for NKI 0.1.0, traced once for direct allocation: trace_once.py)."""
+    written for NKI 0.1.0, traced once for direct allocation: v0_1.py)."""
     return _nl_loop(builtins.range(start, stop, step) if stop is not None else builtins.range(start))
 
 

@@ -86,8 +86,8 @@ class Run:
         self.direct_acc: dict = {}  # PSUM: the accumulation-group state of the physical memory
         self.last_record = None  # the Instr this program recorded last (what nisa calls return)
         self.rng_states: dict = {}  # the engines' random generator states per lane (isa/rng.py)
-        # A kernel written for NKI 0.1.0 (`neuronxcc.nki`, trace_once.written_for_nki_0_1): the rules
-        # that version had (nisa.affine_select from PSUM) and its nl loops (trace_once.LoopTrace).
+        # A kernel written for NKI 0.1.0 (`neuronxcc.nki`, v0_1.written_for_nki_0_1): the rules
+        # that version had (nisa.affine_select from PSUM) and its nl loops (v0_1.LoopTrace).
         self.nki_0_1 = False
         self.loop_trace = None
 

@@ -22,6 +22,7 @@ from ..errors import NKIError
 from ..runtime import PMAX, active, current
 from ..access_pattern import OutOfBoundsView as _OutOfBoundsView
 from ..tensor import NkiTensor, box
+from ..v0_1 import in_nki_0_1_kernel
 from . import constants
 from . import constants as _constants
 from .constants import dge_mode, dma_engine, matmul_perf_mode, oob_mode, reduce_cmd
@@ -1108,8 +1109,7 @@ def select_where(dst, on_true_tile, on_false_value, keep):
     dst = _tensor(dst, instr, "dst")
     src = _tensor(on_true_tile, instr, "on_true_tile")
     reads = [("on_true_tile", src)]
-    run = active()
-    if src.buffer.kind == "psum" and run is not None and run.nki_0_1:
+    if src.buffer.kind == "psum" and in_nki_0_1_kernel():
         # NKI 0.1.0 took a PSUM on_true_tile: its reference stated no buffer rule for affine_select,
         # and AWS's own 0.1.0 kernels (the 2.20 SD attention tutorial's causal mask, nki-samples'
         # flash attention) select straight from the matmul's PSUM tile. NKI 0.2.0+'s reference:

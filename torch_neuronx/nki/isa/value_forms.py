@@ -28,6 +28,7 @@ from .. import isa as _isa
 from ..access_pattern import OutOfBoundsView
 from ..errors import NKIError
 from ..runtime import ParDim, current
+from ..v0_1 import in_nki_0_1_kernel
 from ..tensor import NkiTensor, psum, sbuf
 
 # Parameters of the destination forms that are tensors (what tells the forms apart when both bind).
@@ -73,6 +74,19 @@ def _result(instr, shape, dtype, buffer=sbuf) -> NkiTensor:
 
 def _operand(x, instr, role) -> NkiTensor:
     return _isa._tensor(x, instr, role)
+
+
+def _free_broadcast(a: NkiTensor, b: NkiTensor):
+    """NKI 0.1.0's tensor_tensor: inputs of one partition count broadcast along their free axes
+    (NumPy's rule; a [P, 1] tile against a [P, F] one), as read-only views (v0_1.py). Shapes that do
+    not broadcast are returned as they are, for the instruction's own shape error."""
+    try:
+        shape = np.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        return a, b
+    if len(shape) != len(a.shape) or len(shape) != len(b.shape) or shape[0] != a.shape[0] or shape[0] != b.shape[0]:
+        return a, b  # the partition axis never broadcasts
+    return a.broadcast_to(shape), b.broadcast_to(shape)
 
 
 # ---------------------------------------------------------------------------- Tensor Engine
@@ -122,6 +136,8 @@ def memset(shape, value, dtype, *, engine=None, name=None):
 def tensor_tensor(data1, data2, op, *, dtype=None, engine=None, name=None):
     instr = "nisa.tensor_tensor"
     a, b = _operand(data1, instr, "data1"), _operand(data2, instr, "data2")
+    if a.shape != b.shape and in_nki_0_1_kernel():
+        a, b = _free_broadcast(a, b)
     dst = _result(instr, a.shape, dtype or _dt.higher_precision(a.dtype, b.dtype))
     _isa.tensor_tensor(dst, a, b, op, engine=engine)
     return dst

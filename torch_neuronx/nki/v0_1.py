@@ -1,20 +1,29 @@
-"""NKI 0.1.0's loops, traced once: what it means for kernels written for `neuronxcc.nki`.
+"""What a kernel written for NKI 0.1.0 (`neuronxcc.nki`) keeps of that version where AWS changed it.
 
-AWS (NKI migration guide, "Changes in NKI 0.2.0 from NKI 0.1.0", "Consistent control flow
-behavior"): in NKI 0.1.0 range iterators were special objects that captured the loop body, so "loops
-were only executed once by the Python evaluator"; NKI 0.2.0 and later run the body per iteration. The
-simulator executes rather than traces, so it runs every iteration, as NKI 0.2.0+ does.
+Which kernels: those whose module imports `neuronxcc.nki` and not `nki` (written_for_nki_0_1); the
+launch marks their programs (`Run.nki_0_1`). The rules that differ, each from AWS's documents:
 
-Where the difference shows in AWS's own 0.1.0 kernels: direct allocation from Python state that the
-loop body updates (nki-samples' allocated attention adds to a `cur_addr` in an `nl.affine_range` body
-and places the body's tensors at it). Traced once, every iteration's tensor has the first (only)
-trace's address; run per iteration, the addresses walk past the end of SBUF. So for a kernel whose
-source imports `neuronxcc.nki` (the 0.1.0 package; written_for_nki_0_1), a direct allocation made in
-a later iteration of an `nl.affine_range` / `nl.sequential_range` loop takes the placement that the
-same call (same line, same call stack, same occurrence in the iteration) made in the loop's first
-iteration. Nothing else is replayed: other Python state in a body is the kernel's own, and AWS's
-0.1.0 kernels do not depend on it. `nl.static_range` (unrolled at trace time) and Python's `range`
-run per iteration in both versions here.
+- nl loops traced once (LoopTrace, here). AWS's NKI migration guide, "Changes in NKI 0.2.0 from NKI
+  0.1.0", "Consistent control flow behavior": in NKI 0.1.0 range iterators were special objects
+  that captured the loop body, so "loops were only executed once by the Python evaluator"; NKI
+  0.2.0 and later run the body per iteration, as the simulator does (it executes, it does not
+  trace). Where that shows in AWS's 0.1.0 kernels: direct allocation from Python state the body
+  updates (nki-samples' allocated attention adds to a `cur_addr` in an `nl.affine_range` body and
+  places the body's tensors at it). Traced once, every iteration's tensor has the first (only)
+  trace's address; run per iteration, the addresses walk past the end of SBUF. So a direct
+  allocation made in a later iteration of an `nl.affine_range` / `nl.sequential_range` loop takes
+  the placement that the same call (same line, same call stack, same occurrence in the iteration)
+  made in the loop's first iteration. Nothing else is replayed: other Python state in a body is the
+  kernel's own, and AWS's 0.1.0 kernels do not depend on it. `nl.static_range` (unrolled at trace
+  time) and Python's `range` run per iteration in both versions here.
+- `nisa.affine_select` reads a PSUM `on_true_tile` (isa.select_where): 0.1.0's reference gives it no
+  buffer rule and AWS's 0.1.0 kernels select from the matmul's PSUM tile; 0.2.0+: GpSimd cannot
+  access PSUM.
+- `nisa.tensor_tensor` (0.1.0's value-returning form) broadcasts an input along the free axes
+  (isa/value_forms.py): 0.1.0's reference points kernels that need "broadcasting capability in the
+  free dimension for either input tile" to tensor_scalar as the faster way, and nki-samples'
+  double-row matmul multiplies a [128, 1024] tile by a [128, 1] one; 0.2.0+'s reference requires the
+  same number of elements per partition and drops the remark.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import sys
 from collections import Counter
 
 from .errors import _PACKAGE_DIR
+from .runtime import active
 
 # `import neuronxcc.nki...` / `from neuronxcc.nki... import` / `from neuronxcc import nki`.
 _NKI_0_1_IMPORT = re.compile(r"^\s*(import\s+neuronxcc\.nki|from\s+neuronxcc\.nki[\s.]|from\s+neuronxcc\s+import\s+nki)",
@@ -46,6 +56,12 @@ def written_for_nki_0_1(func) -> bool:
         source = "".join(linecache.getlines(filename))
         _SOURCES[filename] = bool(_NKI_0_1_IMPORT.search(source)) and not _NKI_0_2_IMPORT.search(source)
     return _SOURCES[filename]
+
+
+def in_nki_0_1_kernel() -> bool:
+    """Whether the kernel being simulated was written for NKI 0.1.0."""
+    run = active()
+    return run is not None and run.nki_0_1
 
 
 class LoopTrace:

@@ -70,7 +70,7 @@ class Entry:
     where: str                    # folder (driver, call) or test file (unit)
     scripts: list = field(default_factory=list)   # driver: [(script, argv)]
     call: str = ""                # call: name of a function below
-    torch_xla: bool = False       # driver: provide the torch_xla stand-in
+    torch_xla: bool = False       # provide the torch_xla stand-in
     split: str = ""               # driver: a stdout line that starts a new case ("Checking correctness of X")
     timeout: int = 600
 
@@ -135,7 +135,7 @@ MANIFEST: list[Entry] = [
     Entry("tutorials-old/softmax", OLD, "driver", f"{TUT}/softmax", [("softmax_torch.py", [])], torch_xla=True),
     Entry("tutorials-old/sd_attention", OLD, "driver", f"{TUT}/sd_attention",
           [("sd_attention_torch.py", [])], torch_xla=True),
-    Entry("tutorials-old/rotary", OLD, "call", f"{TUT}/rotary", call="rotary"),
+    Entry("tutorials-old/rotary", OLD, "call", f"{TUT}/rotary", call="rotary", torch_xla=True),
     # 4. contributed kernels (HEAD)
     Entry("contributed/interpolate_bilinear_fwd", HEAD, "call", "contributed", call="contributed_check"),
     Entry("contributed/interpolate_trilinear_fwd", HEAD, "call", "contributed", call="contributed_check",
@@ -170,7 +170,6 @@ TRIAGE = {
         "NKI 0.1.0's rules too) the quotient is int32, computed in float32 and converted on output, to nearest "
         "here (AWS does not document the conversion; its nki-library floors through it as round(x / y - 0.5)), "
         "so 2241 / 38 = 58.97 -> 59 and the floor changes nothing: the last rows' source index leaves the input",
-    "tutorials-old/rotary": "not run: needs loguru and transformers' Llama rotary embedding (not installed here)",
     "contributed/pipelined_attention":
         "its module-level driver launches flash_fwd[0] (a grid of 0 programs; the file says it is tested only "
         "against AWS's internal nightly builds)",
@@ -314,10 +313,13 @@ def _first_line(text: str) -> str:
 
 
 # ----------------------------------------------------------------------------- drivers and calls
-def run_entry(entry: Entry, work: Path, out: Path, python: str, shim: Path, mem_gib: float = 0) -> list:
-    """Runs one entry in a child process (this file with --child); returns [(case, status, reason)]."""
+def run_entry(entry: Entry, work: Path, out: Path, python: str, shim: Path, mem_gib: float = 0,
+              deps: str = "") -> list:
+    """Runs one entry in a child process (this file with --child); returns [(case, status, reason)].
+    `deps`: a folder of the pure-Python packages a driver imports that the project does not install
+    (loguru for the rotary tutorial; README.md), last on the path."""
     folder = work / entry.where
-    path = [str(folder), str(work / "src")] + ([str(shim)] if entry.torch_xla else [])
+    path = [str(folder), str(work / "src")] + ([str(shim)] if entry.torch_xla else []) + ([deps] if deps else [])
     result = out / "cases" / (entry.kernel.replace("/", "__") + ".json")
     result.parent.mkdir(parents=True, exist_ok=True)
     result.unlink(missing_ok=True)
@@ -482,18 +484,33 @@ def call_layernorm(entry: Entry) -> list:
 
 
 def call_rotary(entry: Entry) -> list:
-    """rotary_nki_kernels.py needs loguru, transformers' apply_rotary_pos_emb and torch_xla
-    at import; its run_test compares with transformers' Llama rotary embedding. Run it
-    with its own run_test at small shapes where those import; the reason otherwise."""
+    """rotary_nki_kernels.py needs loguru (from --deps), transformers and torch_xla at import. Its
+    run_test compares the kernel with `torch_neuronx.trace(neuron_apply_rotary_embedding, ...)`:
+    the XLA-era torch-neuronx's inference tracing API, which TorchNeuron does not have. Here run_test's
+    steps without the tracing and profiling: the same inputs (generate_pos_embedding), the file's own
+    reference function run by PyTorch on the CPU (what the trace compiles), the kernel launched on the
+    `neuron` device as run_test launches it, and the file's own verify_results at run_test's default
+    rtol / atol 1e-5."""
     import importlib
     missing = [m for m in ("loguru", "transformers") if importlib.util.find_spec(m) is None]
     if missing:
         return [("(import)", "not-run", f"needs {', '.join(missing)} (not installed here)")]
+    import torch
     mod = runpy.run_path("rotary_nki_kernels.py", run_name="rotary_nki_kernels")
     cases = []
-    for bs, nh, sl, hd in ((1, 2, 128, 64), (2, 4, 256, 128)):
-        _case(cases, f"run_test({bs}, {nh}, {sl}, {hd})",
-              lambda bs=bs, nh=nh, sl=sl, hd=hd: mod["run_test"](bs, nh, sl, hd, 1e-5, 1e-5))
+
+    def run(bs, nh, sl, hd):
+        cache_ids = torch.stack([torch.arange(sl) for _ in range(bs)])
+        q, k = torch.randn(bs, nh, sl, hd), torch.randn(bs, nh, sl, hd)
+        cos, sin = mod["generate_pos_embedding"](hd, cache_ids)
+        expected_q, expected_k = mod["neuron_apply_rotary_embedding"](q, k, cos, sin)
+        device = torch.device("neuron")
+        result = mod["nki_apply_rotary_embedding"][bs, nh](q.to(device), k.to(device), cos.to(device),
+                                                           sin.to(device))
+        assert mod["verify_results"](result, expected_q, expected_k, rtol=1e-5, atol=1e-5), "verify_results: False"
+
+    for shape in ((1, 2, 128, 64), (2, 4, 256, 128)):
+        _case(cases, f"run_test{shape} without torch_neuronx.trace", lambda shape=shape: run(*shape))
     return cases
 
 
@@ -581,6 +598,8 @@ def main(argv=None) -> int:
     parser.add_argument("--results", default="/tmp/nki-suite-results/samples")
     parser.add_argument("--python", default=sys.executable, help="the interpreter with torch_neuronx")
     parser.add_argument("--only", nargs="*", help="kernels whose id starts with one of these")
+    parser.add_argument("--deps", default="/tmp/nki-suite-deps",
+                        help="pure-Python packages some drivers import (pip --target; README.md)")
     parser.add_argument("--skip-unit", action="store_true")
     parser.add_argument("--unit-timeout", type=int, default=300, help="seconds per unit test")
     parser.add_argument("--mem-limit-gb", type=float, default=14,
@@ -613,7 +632,7 @@ def main(argv=None) -> int:
                 continue
             start = time.perf_counter()
             cases = run_entry(entry, export(args.mirror, entry.commit, root), out, args.python, shim,
-                              args.mem_limit_gb)
+                              args.mem_limit_gb, args.deps if os.path.isdir(args.deps) else "")
             f = out / "cases" / (entry.kernel.replace("/", "__") + ".json")
             f.write_text(json.dumps(cases))
             ok = sum(c[1] == "passed" for c in cases)

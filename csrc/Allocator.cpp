@@ -1,4 +1,5 @@
 #include "Allocator.h"
+#include "Concatenation.h"
 #include "HostMemory.h"
 #include "Runtime.h"
 
@@ -473,6 +474,7 @@ c10::DeleterFnPtr NeuronAllocator::raw_deleter() const {
 }
 
 void NeuronAllocator::copy_data(void* dst, const void* src, size_t count) const {
+  runQueued();  // device bytes read directly (storage copies): queued ops first
   std::memcpy(dst, src, count);
 }
 

@@ -1,6 +1,7 @@
 #include "Eager.h"
 
 #include "Allocator.h"
+#include "Concatenation.h"
 #include "DeviceLimits.h"
 #include "Generator.h"
 #include "Runtime.h"
@@ -338,6 +339,19 @@ struct HostArguments {
     }
   }
 
+  // The host alias of a neuron argument. Arguments over one device storage get
+  // one alias storage, so the kernel sees their overlap as on CPU tensors
+  // (PyTorch refuses an output that partly overlaps an input).
+  at::Tensor aliasFor(const at::Tensor& tensor) {
+    const c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+    for (const auto& aliased : aliases) {
+      if (aliased.original.storage().unsafeGetStorageImpl() == storage) {
+        return tensorLike(aliased.alias_tensor.storage(), c10::DispatchKey::CPU, tensor);
+      }
+    }
+    return hostAlias(tensor);
+  }
+
   at::Tensor unwrapTensor(const at::Tensor& tensor, const c10::Argument& argument, bool is_mutable) {
     if (!tensor.defined()) {
       return tensor;
@@ -358,7 +372,7 @@ struct HostArguments {
       if (is_mutable && !(meta.flags & kExactFp64)) {
         checkContiguousOutput(meta.name, tensor, argument.name());
       }
-      at::Tensor alias = hostAlias(tensor);
+      at::Tensor alias = aliasFor(tensor);
       aliases.push_back(AliasedArgument{
           alias, alias.unsafeGetTensorImpl(), alias.storage().unsafeGetStorageImpl(), tensor,
           is_mutable});
@@ -701,6 +715,7 @@ void fallbackKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 // ------------------------------------------------------ host aliases, adoption
 
 at::Tensor hostAlias(const at::Tensor& tensor) {
+  runQueued();  // the host is about to read or write device bytes (Concatenation.h)
   const c10::Storage& storage = tensor.storage();
   auto cpu_storage = c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), storage.nbytes(),
@@ -716,6 +731,7 @@ at::Tensor hostOperand(const at::Tensor& tensor) {
 at::Tensor owningHostAlias(const at::Tensor& tensor) {
   TORCH_CHECK(tensor.device().type() == kNeuron, "owningHostAlias expects a neuron tensor, got ",
               tensor.device());
+  runQueued();
   const c10::Storage& storage = tensor.storage();
   auto* owner = new c10::Storage(storage);
   c10::DataPtr data(

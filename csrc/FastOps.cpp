@@ -1,16 +1,19 @@
 // Hot kernel paths: the elementwise arithmetic that dominates eager training
-// loops, called unboxed and straight into PyTorch's CPU kernels. Saves the
+// loops, called unboxed and straight into PyTorch's CPU kernels, or queued
+// when concatenation is on (Concatenation.h). Saves the
 // boxing and the second trip through the dispatcher that the generic alias
 // path pays (about 1 us per call on a tiny tensor). Anything unusual (mixed
 // devices, CPU scalars, float64 under the fp32 rule, a non-contiguous in-place
 // output while DeviceLimits.h's limits are enforced) takes the generic path,
 // so semantics are those of csrc/Eager.cpp.
 #include "Allocator.h"
+#include "Concatenation.h"
 #include "DeviceLimits.h"
 #include "Eager.h"
 #include "Runtime.h"
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/add_cpu_dispatch.h>
 #include <ATen/ops/div_cpu_dispatch.h>
 #include <ATen/ops/mul_cpu_dispatch.h>
@@ -46,7 +49,7 @@ at::Tensor generic(const DirectOp& op, Args&&... args) {
 // at::cpu::NAME / NAME##_ are PyTorch's CPU kernels. A call counts itself
 // and records itself only on the fast path: the generic path counts and records
 // the call under the same op.
-#define NEURON_BINARY_KERNELS(NAME, PARAMS, ARGS)                                           \
+#define NEURON_BINARY_KERNELS(NAME, OP, PARAMS, ARGS, ALPHA)                                \
   DirectOp NAME##Op(#NAME ".Tensor");                                                        \
   DirectOp NAME##InplaceOp(#NAME "_.Tensor");                                                \
   at::Tensor NAME##Tensor(const at::Tensor& self, const at::Tensor& other PARAMS) {          \
@@ -55,6 +58,12 @@ at::Tensor generic(const DirectOp& op, Args&&... args) {
       return generic(NAME##Op, self, other ARGS);                                            \
     }                                                                                        \
     auto call = NAME##Op.enter(self, other ARGS);                                            \
+    if (concatenationEnabled()) {                                                            \
+      at::Tensor queued = queueBinary(QueuedOp::OP, self, other, ALPHA);                     \
+      if (queued.defined()) {                                                                \
+        return queued;                                                                       \
+      }                                                                                      \
+    }                                                                                        \
     CaptureScope capture(core);                                                              \
     return adoptKernelResult(at::cpu::NAME(hostAlias(self), hostOperand(other) ARGS), core); \
   }                                                                                          \
@@ -64,6 +73,10 @@ at::Tensor generic(const DirectOp& op, Args&&... args) {
       return self;                                                                           \
     }                                                                                        \
     auto call = NAME##InplaceOp.enter(self, other ARGS);                                     \
+    at::assert_no_partial_overlap(self, other); /* the host aliases would hide it */         \
+    if (concatenationEnabled() && queueBinaryInplace(QueuedOp::OP, self, other, ALPHA)) {    \
+      return self;                                                                           \
+    }                                                                                        \
     at::Tensor alias = hostAlias(self);                                                      \
     at::cpu::NAME##_(alias, hostOperand(other) ARGS);                                        \
     return self;                                                                             \
@@ -74,10 +87,10 @@ at::Tensor generic(const DirectOp& op, Args&&... args) {
 #define NEURON_ALPHA_ARG , alpha
 #define NEURON_NOTHING
 
-NEURON_BINARY_KERNELS(add, NEURON_ALPHA_PARAM, NEURON_ALPHA_ARG)
-NEURON_BINARY_KERNELS(sub, NEURON_ALPHA_PARAM, NEURON_ALPHA_ARG)
-NEURON_BINARY_KERNELS(mul, NEURON_NOTHING, NEURON_NOTHING)
-NEURON_BINARY_KERNELS(div, NEURON_NOTHING, NEURON_NOTHING)
+NEURON_BINARY_KERNELS(add, Add, NEURON_ALPHA_PARAM, NEURON_ALPHA_ARG, alpha.toDouble())
+NEURON_BINARY_KERNELS(sub, Sub, NEURON_ALPHA_PARAM, NEURON_ALPHA_ARG, alpha.toDouble())
+NEURON_BINARY_KERNELS(mul, Mul, NEURON_NOTHING, NEURON_NOTHING, 1.0)
+NEURON_BINARY_KERNELS(div, Div, NEURON_NOTHING, NEURON_NOTHING, 1.0)
 
 } // namespace
 

@@ -1,5 +1,6 @@
 #include "Guard.h"
 #include "Allocator.h"
+#include "Concatenation.h"
 #include "Runtime.h"
 
 #include <c10/util/Exception.h>
@@ -115,9 +116,14 @@ bool NeuronGuardImpl::queryStream(const c10::Stream& /*stream*/) const {
   return true;  // synchronous execution: nothing is ever pending
 }
 
-void NeuronGuardImpl::synchronizeStream(const c10::Stream& /*stream*/) const {}
+// Synchronizing runs the ops concatenation has queued (Concatenation.h).
+void NeuronGuardImpl::synchronizeStream(const c10::Stream& /*stream*/) const {
+  runQueued();
+}
 
-void NeuronGuardImpl::synchronizeDevice(c10::DeviceIndex /*device*/) const {}
+void NeuronGuardImpl::synchronizeDevice(c10::DeviceIndex /*device*/) const {
+  runQueued();
+}
 
 void NeuronGuardImpl::recordDataPtrOnStream(
     const c10::DataPtr& data_ptr, const c10::Stream& stream) const {
@@ -137,6 +143,7 @@ void NeuronGuardImpl::record(
     e = new Event{stream.device_index(), flag == c10::EventFlag::BACKEND_DEFAULT, {}};
     *event = e;
   }
+  runQueued();  // the event marks the end of the work queued before it
   e->time = Clock::now();
 }
 

@@ -1,6 +1,7 @@
 // PrivateUse1 hooks: what generic PyTorch code (torch.accelerator, pinned
 // memory, generators, storage resizing) asks of the neuron backend.
 #include "Allocator.h"
+#include "Concatenation.h"
 #include "Generator.h"
 #include "Runtime.h"
 
@@ -108,6 +109,7 @@ struct NeuronHooks final : public at::PrivateUse1HooksInterface {
     auto fresh = neuronAllocator().allocate(nbytes);
     const size_t keep = std::min(nbytes, storage.nbytes());
     if (keep > 0) {
+      runQueued();  // queued ops may still write the old bytes
       std::memcpy(fresh.get(), storage.data(), keep);
     }
     auto* impl = storage.unsafeGetStorageImpl();

@@ -1,6 +1,7 @@
 // Python bindings: torch_neuronx._C. The only file that includes
 // torch/extension.h; everything it exposes is a thin wrapper over the core.
 #include "Allocator.h"
+#include "Concatenation.h"
 #include "DeviceLimits.h"
 #include "Eager.h"
 #include "Generator.h"
@@ -373,6 +374,15 @@ PYBIND11_MODULE(_C, m) {
       {"exact_fp64", tn::kExactFp64},
   });
   m.def("_set_fallback_mode", [](int mode) { tn::setFallbackMode(static_cast<tn::FallbackMode>(mode)); });
+  m.def("_set_concatenation", &tn::setConcatenation, py::arg("enabled"), py::arg("launch_blocking"),
+        py::arg("buffer_limit"),
+        "Adaptive Eager Execution's queue on or off (Concatenation.h); runs what is queued first.");
+  m.def("_concatenation_enabled", &tn::concatenationEnabled);
+  m.def("_concatenation_stats", [] {
+    const auto stats = tn::concatenationStats();
+    return std::make_pair(stats.launches, stats.ops);
+  }, "(launches, ops): the queue's launches since start and the ops they ran.");
+  m.def("_run_queued", &tn::runQueued, "Runs the ops concatenation has queued.");
   m.def("_get_fallback_mode", [] { return static_cast<int>(tn::fallbackMode()); });
   m.def("_set_device_limits_enforced", &tn::setDeviceLimitsEnforced);
   m.def("_device_limits_enforced", &tn::deviceLimitsEnforced);

@@ -209,6 +209,29 @@ def test_in_place_on_expanded_input_is_rejected_like_cpu():
         torch.zeros(1, 3, device=NEURON).expand(2, 3).add_(1)
 
 
+@pytest.mark.parametrize("call", [
+    lambda x: x[1:].add_(x[:-1]),                  # csrc/FastOps.cpp's in-place kernel
+    lambda x: x[1:].mul_(x[:-1]),
+    lambda x: torch.mul(x[:-1], 2, out=x[1:]),     # the generic alias path, out=
+    lambda x: torch.exp(x[:-1], out=x[1:]),
+    lambda x: x[1:].copy_(x[:-1]),
+], ids=["add_", "mul_", "mul_out", "exp_out", "copy_"])
+def test_output_partly_overlapping_an_input_is_refused_like_cpu(call):
+    """Arguments over one device storage share one host alias storage, so PyTorch's CPU kernels see
+    the overlap (each argument aliased alone, they computed a running sum instead)."""
+    for device in ("cpu", NEURON):
+        x = torch.arange(6.0, device=device)
+        with pytest.raises(RuntimeError, match="some elements of the input tensor and the written-to tensor "
+                                               "refer to a single memory location"):
+            call(x)
+        assert x.cpu().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    x, y = torch.arange(6.0), torch.arange(6.0, device=NEURON)
+    for t in (x, y):
+        t.add_(t)
+        t[::2].mul_(t[1::2])  # disjoint views of one storage: allowed
+    torch.testing.assert_close(y.cpu(), x, **EXACT)
+
+
 # --------------------------------------------------------------------- out=
 
 def test_out_right_size_is_written_in_place():

@@ -312,6 +312,28 @@ launch_blocking = _declare(
          "Trainium, where a device error can surface at a later call. Any other value (other than "
          "the `true` / `false` spellings of every on/off variable) makes the import fail, naming "
          "the variable."))
+def _positive_integer(name: str, raw: str) -> int:
+    value = _integer(name, raw)
+    if value < 1:
+        raise ValueError(f"{name}={raw!r} must be at least 1")
+    return value
+
+
+enable_concatenation = _declare(
+    "TORCH_NEURONX_ENABLE_CONCATENATION", False, parse_flag, IMPORT, RUNTIME,
+    doc=("Adaptive Eager Execution (AWS's source calls it concatenation; off unless `1` in "
+         "AWS's release, as here): eager ops are queued and run together as one launch when a "
+         "value is needed. The emulator queues float32 elementwise `add`, `sub`, `mul`, `div` "
+         "(tensors of one shape, or with a scalar) so far; see "
+         "docs/eager-and-fallback.md#adaptive-eager-execution-concatenation. Off under "
+         "`torch.use_deterministic_algorithms(True)`, `NEURON_LAUNCH_BLOCKING=1`, the audit and "
+         "torch.profiler. Can be switched at run time with `torch_neuronx.ops.set_concatenation()`."))
+concatenation_buffer_size_limit = _declare(
+    "TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT", 1024, _positive_integer, IMPORT, RUNTIME,
+    values="an integer >= 1",
+    default_doc="`1024`",
+    doc=("The most ops one queued launch holds (AWS's default, 1024): the queue runs when it is "
+         "full."))
 fallback_only_for_unimplemented_ops = _declare(
     "TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS", False, parse_flag, IMPORT, RUNTIME,
     doc=('AWS: "When `1`, only falls back to CPU for unimplemented ops, not execution errors." On '

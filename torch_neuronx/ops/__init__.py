@@ -187,7 +187,8 @@ def register() -> None:
 
 def apply_env_policies() -> None:
     """Reads TORCH_NEURONX_FALLBACK, TORCH_NEURONX_FP64, NEURON_LAUNCH_BLOCKING,
-    TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS and TORCH_NEURONX_MLIR_ATEN_OPS."""
+    TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS, TORCH_NEURONX_MLIR_ATEN_OPS and
+    TORCH_NEURONX_ENABLE_CONCATENATION (with its buffer size limit)."""
     # The emulator already runs every launch synchronously (an op's error is
     # raised by the call that launched it): that value is only validated (a typo
     # is an error). It never retries a failed op on the CPU (its kernels are CPU
@@ -198,6 +199,7 @@ def apply_env_policies() -> None:
     _C._set_device_limits_enforced(config.fallback_only_for_unimplemented_ops())
     _C._set_fallback_mode(_FALLBACK_MODES[config.fallback_mode()])
     _C._set_fp64_mode(_FP64_MODES[config.fp64_mode()])
+    set_concatenation(config.enable_concatenation())
     # TorchNeuron's import writes its default (torch-mlir lowering) into the environment,
     # where AWS's own code and tests read it; the emulator models that path only.
     config.mlir_aten_ops.export_default("1")
@@ -215,6 +217,12 @@ def set_fallback_mode(mode: str) -> None:
 def get_fallback_mode() -> str:
     code = _C._get_fallback_mode()
     return next(name for name, value in _FALLBACK_MODES.items() if value == code)
+
+
+def set_concatenation(enabled: bool) -> None:
+    """Adaptive Eager Execution on or off (TORCH_NEURONX_ENABLE_CONCATENATION at import); what is
+    queued runs first. NEURON_LAUNCH_BLOCKING=1 keeps it off (csrc/Concatenation.h)."""
+    _C._set_concatenation(bool(enabled), config.launch_blocking(), config.concatenation_buffer_size_limit())
 
 
 def get_fp64_mode() -> str:

@@ -1,0 +1,231 @@
+// Adaptive Eager Execution's queue: see Concatenation.h.
+#include "Concatenation.h"
+
+#include "Allocator.h"
+#include "Recorder.h"
+#include "Runtime.h"
+
+#include <ATen/Context.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
+#include <c10/core/DeviceGuard.h>
+
+#include <cmath>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+namespace torch_neuronx {
+
+namespace detail {
+std::atomic<bool> gQueued{false};
+} // namespace detail
+
+namespace {
+
+// One queued call: out = a <op> (b or scalar), with alpha for add/sub.
+struct Entry {
+  QueuedOp op;
+  at::Tensor out;
+  at::Tensor a;
+  at::Tensor b;  // undefined: `scalar` is the second operand
+  float scalar;
+  float alpha;
+};
+
+struct Queue {
+  std::mutex mutex;  // held while ops are queued and while the queue runs
+  std::vector<Entry> entries;
+  int64_t limit = 1024;
+  ConcatenationStats stats;
+};
+
+Queue& queue() {
+  static auto* q = new Queue();  // leaked: outlives every tensor's destructor
+  return *q;
+}
+
+std::atomic<bool> gEnabled{false};  // on, and launches not forced synchronous
+
+// The value of a CPU scalar operand (a Python number or a 0-dim CPU tensor),
+// as the float32 computation reads it; nullopt for a dtype not handled here.
+std::optional<float> scalarValue(const at::Tensor& other) {
+  const void* data = other.const_data_ptr();
+  switch (other.scalar_type()) {
+    case at::kDouble:
+      return static_cast<float>(*static_cast<const double*>(data));
+    case at::kFloat:
+      return *static_cast<const float*>(data);
+    case at::kLong:
+      return static_cast<float>(*static_cast<const int64_t*>(data));
+    case at::kInt:
+      return static_cast<float>(*static_cast<const int32_t*>(data));
+    default:
+      return std::nullopt;
+  }
+}
+
+bool plainFloat(const at::Tensor& t) {
+  return t.scalar_type() == at::kFloat && t.is_contiguous() && !t.is_neg() && !t.is_conj();
+}
+
+// Whether a call may be queued at all right now.
+bool queueing() {
+  return gEnabled.load(std::memory_order_relaxed) && activeHooks() == 0 &&
+         !at::globalContext().deterministicAlgorithms();
+}
+
+// The entry for `self <op> other`, without its output; nullopt when the call
+// does not qualify: a float32 neuron tensor and either another of its shape on
+// its core or a CPU scalar (both contiguous, no conj/neg bits).
+std::optional<Entry> operands(QueuedOp op, const at::Tensor& self, const at::Tensor& other, double alpha) {
+  if (!queueing() || self.device().type() != kNeuron || !plainFloat(self) || self.numel() == 0) {
+    return std::nullopt;
+  }
+  Entry entry{op, at::Tensor(), self, at::Tensor(), 0.0f, static_cast<float>(alpha)};
+  if (other.device() == self.device()) {
+    if (!plainFloat(other) || !other.sizes().equals(self.sizes())) {
+      return std::nullopt;
+    }
+    entry.b = other;
+  } else if (other.device().is_cpu() && other.dim() == 0 && !other.is_neg() && !other.is_conj()) {
+    auto value = scalarValue(other);
+    if (!value) {
+      return std::nullopt;
+    }
+    entry.scalar = *value;
+  } else {
+    return std::nullopt;
+  }
+  return entry;
+}
+
+// PyTorch's float32 formulas: add/sub compute self + alpha * other as one
+// fused multiply-add (exactly self +/- other for alpha 1), mul and div one
+// IEEE operation.
+template <class Other>
+void compute(QueuedOp op, float* out, const float* a, Other b, float alpha, int64_t n) {
+  switch (op) {
+    case QueuedOp::Add:
+    case QueuedOp::Sub: {
+      const float scale = op == QueuedOp::Sub ? -alpha : alpha;
+      if (scale == 1.0f) {
+        for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b(i);
+      } else if (scale == -1.0f) {
+        for (int64_t i = 0; i < n; ++i) out[i] = a[i] - b(i);
+      } else {
+        for (int64_t i = 0; i < n; ++i) out[i] = std::fma(b(i), scale, a[i]);
+      }
+      break;
+    }
+    case QueuedOp::Mul:
+      for (int64_t i = 0; i < n; ++i) out[i] = a[i] * b(i);
+      break;
+    case QueuedOp::Div:
+      for (int64_t i = 0; i < n; ++i) out[i] = a[i] / b(i);
+      break;
+  }
+}
+
+void run(const Entry& e) {
+  auto* out = static_cast<float*>(e.out.mutable_data_ptr());
+  const auto* a = static_cast<const float*>(e.a.const_data_ptr());
+  const int64_t n = e.out.numel();
+  if (e.b.defined()) {
+    const auto* b = static_cast<const float*>(e.b.const_data_ptr());
+    compute(e.op, out, a, [b](int64_t i) { return b[i]; }, e.alpha, n);
+  } else {
+    const float s = e.scalar;
+    compute(e.op, out, a, [s](int64_t) { return s; }, e.alpha, n);
+  }
+}
+
+// Runs the queue as one launch; `q.mutex` is held.
+void runLocked(Queue& q) {
+  if (q.entries.empty()) {
+    return;
+  }
+  for (const Entry& e : q.entries) {
+    run(e);
+  }
+  q.stats.launches += 1;
+  q.stats.ops += static_cast<int64_t>(q.entries.size());
+  q.entries.clear();
+  detail::gQueued.store(false, std::memory_order_release);
+}
+
+void push(Entry entry) {
+  Queue& q = queue();
+  std::lock_guard<std::mutex> lock(q.mutex);
+  q.entries.push_back(std::move(entry));
+  detail::gQueued.store(true, std::memory_order_release);
+  if (static_cast<int64_t>(q.entries.size()) >= q.limit) {
+    runLocked(q);
+  }
+}
+
+} // namespace
+
+namespace detail {
+void runQueuedSlow() {
+  Queue& q = queue();
+  std::lock_guard<std::mutex> lock(q.mutex);
+  runLocked(q);
+}
+} // namespace detail
+
+void setConcatenation(bool enabled, bool launch_blocking, int64_t buffer_limit) {
+  TORCH_CHECK(buffer_limit >= 1, "the concatenation buffer size limit must be at least 1, got ", buffer_limit);
+  runQueued();
+  {
+    std::lock_guard<std::mutex> lock(queue().mutex);
+    queue().limit = buffer_limit;
+  }
+  gEnabled.store(enabled && !launch_blocking, std::memory_order_relaxed);
+}
+
+bool concatenationEnabled() {
+  return gEnabled.load(std::memory_order_relaxed);
+}
+
+at::Tensor queueBinary(QueuedOp op, const at::Tensor& self, const at::Tensor& other, double alpha) {
+  auto entry = operands(op, self, other, alpha);
+  if (!entry) {
+    return at::Tensor();
+  }
+  {
+    c10::DeviceGuard guard(self.device());
+    entry->out = at::detail::empty_generic(
+        self.sizes(), &neuronAllocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), at::kFloat,
+        c10::MemoryFormat::Contiguous);
+  }
+  at::Tensor out = entry->out;
+  push(std::move(*entry));
+  return out;
+}
+
+bool queueBinaryInplace(QueuedOp op, const at::Tensor& self, const at::Tensor& other, double alpha) {
+  auto entry = operands(op, self, other, alpha);
+  if (!entry) {
+    return false;
+  }
+  // An operand that shares some but not all of self's elements: PyTorch refuses
+  // it (or reads it as it is being written); the call runs now and does that.
+  if (entry->b.defined()) {
+    const auto overlap = at::get_overlap_status(self, other);
+    if (overlap == at::MemOverlapStatus::Partial || overlap == at::MemOverlapStatus::TooHard) {
+      return false;
+    }
+  }
+  entry->out = self;
+  push(std::move(*entry));
+  return true;
+}
+
+ConcatenationStats concatenationStats() {
+  Queue& q = queue();
+  std::lock_guard<std::mutex> lock(q.mutex);
+  return q.stats;
+}
+
+} // namespace torch_neuronx

@@ -1,0 +1,61 @@
+// Adaptive Eager Execution (TorchNeuron's "concatenation", issue #28): eager
+// ops queued and run together as one launch.
+//
+// First step: float32 elementwise add, sub, mul and div (the out-of-place and
+// in-place Tensor overloads that csrc/FastOps.cpp serves) on contiguous
+// tensors of one shape, or with a scalar operand, are queued instead of run
+// when TORCH_NEURONX_ENABLE_CONCATENATION is on. The queue runs as one
+// launch, in program order, when anything may read device memory: every path
+// to device bytes goes through a host alias (hostAlias, owningHostAlias,
+// Eager.h), and making one runs the queue first; so do synchronize and a full
+// queue (TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT ops). A queued call
+// checks everything that could fail when it is queued (device, dtype, shape,
+// overlap), so an error is raised by the call that caused it, as unqueued.
+//
+// Not queued (run at once, as without concatenation): any other call, and
+// every call while torch.use_deterministic_algorithms(True) is in force,
+// NEURON_LAUNCH_BLOCKING=1 asks for synchronous launches, or the audit or
+// torch.profiler is listening (they see each op as its own launch).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <cstdint>
+
+namespace torch_neuronx {
+
+enum class QueuedOp : uint8_t { Add, Sub, Mul, Div };
+
+// From TORCH_NEURONX_ENABLE_CONCATENATION, NEURON_LAUNCH_BLOCKING and
+// TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT (torch_neuronx/ops/__init__.py).
+void setConcatenation(bool enabled, bool launch_blocking, int64_t buffer_limit);
+bool concatenationEnabled();
+
+// `self <op> other` (times alpha for add/sub) queued: its result, or an
+// undefined tensor when the call does not qualify (the caller runs it now).
+at::Tensor queueBinary(QueuedOp op, const at::Tensor& self, const at::Tensor& other, double alpha);
+// `self <op>= other` queued: false when the call does not qualify.
+bool queueBinaryInplace(QueuedOp op, const at::Tensor& self, const at::Tensor& other, double alpha);
+
+namespace detail {
+extern std::atomic<bool> gQueued;  // some op is queued
+void runQueuedSlow();
+} // namespace detail
+
+// Runs every queued op. One relaxed load when nothing is queued: called
+// before every read of device memory.
+inline void runQueued() {
+  if (detail::gQueued.load(std::memory_order_acquire)) {
+    detail::runQueuedSlow();
+  }
+}
+
+// Launches run and ops they held, since start (for tests and benchmarks).
+struct ConcatenationStats {
+  int64_t launches = 0;
+  int64_t ops = 0;
+};
+ConcatenationStats concatenationStats();
+
+} // namespace torch_neuronx

@@ -1,0 +1,228 @@
+"""Adaptive Eager Execution's queue (TORCH_NEURONX_ENABLE_CONCATENATION; csrc/Concatenation.h):
+float32 elementwise add/sub/mul/div queued and run as one launch when a value is needed. The
+reference is the same program on CPU tensors; the queued formulas are PyTorch's own, so results are
+compared bit for bit where PyTorch computes one IEEE operation per element (alpha 1, mul, div) and
+at float32 rounding (rtol 1.3e-6) where it fuses a multiply-add (alpha != 1)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import warnings
+
+import pytest
+import torch
+
+import torch_neuronx
+from torch_neuronx import _C
+
+DEV = "neuron"
+
+
+@pytest.fixture
+def queueing():
+    torch_neuronx.ops.set_concatenation(True)
+    yield
+    torch_neuronx.ops.set_concatenation(False)
+
+
+def stats():
+    return _C._concatenation_stats()
+
+
+def queued_since(before) -> int:
+    """Ops queued and run since `before` (a stats pair); runs what is queued."""
+    _C._run_queued()
+    return stats()[1] - before[1]
+
+
+def chain(x, b):
+    for i in range(20):
+        x = x * 1.0001 if i % 2 else x + b
+    return x
+
+
+@pytest.mark.parametrize("shape", [(1024,), (3, 5, 7), (1,)])
+def test_chain_runs_as_one_launch_and_matches_cpu_bit_for_bit(queueing, shape):
+    a, b = torch.randn(shape), torch.randn(shape)
+    before = stats()
+    got = chain(a.to(DEV), b.to(DEV))
+    assert stats() == before  # nothing has run yet
+    assert torch.equal(got.cpu(), chain(a, b))
+    assert stats()[0] - before[0] == 1 and stats()[1] - before[1] == 20
+
+
+def test_every_overload_and_operand_kind_matches_cpu(queueing):
+    a, b = torch.randn(64), torch.rand(64) + 0.5
+    na, nb = a.to(DEV), b.to(DEV)
+    before = stats()
+    results = [na + nb, na - nb, na * nb, na / nb, na + 2, 3 - na, na * 0.5, na / 7, 1 / nb,
+               na + torch.tensor(2.5), na * torch.tensor(3)]
+    expected = [a + b, a - b, a * b, a / b, a + 2, 3 - a, a * 0.5, a / 7, 1 / b, a + torch.tensor(2.5),
+                a * torch.tensor(3)]
+    inplace, reference = na.clone(), a.clone()
+    for op in ("add_", "sub_", "mul_", "div_"):
+        getattr(inplace, op)(nb)
+        getattr(reference, op)(b)
+        getattr(inplace, op)(1.5)
+        getattr(reference, op)(1.5)
+    # Every call but `3 - na` (rsub: PyTorch passes the scalar first, on the CPU, so it runs unqueued);
+    # `1 / nb` is reciprocal (unqueued) times 1 (queued).
+    assert queued_since(before) == len(results) - 1 + 8
+    for got, want in zip(results, expected):
+        assert torch.equal(got.cpu(), want)
+    assert torch.equal(inplace.cpu(), reference)
+    scaled = [na.add(nb, alpha=0.3), na.sub(nb, alpha=-2.5), na.clone().add_(nb, alpha=1e-3)]
+    for got, want in zip(scaled, [a.add(b, alpha=0.3), a.sub(b, alpha=-2.5), a.clone().add_(b, alpha=1e-3)]):
+        torch.testing.assert_close(got.cpu(), want, rtol=1.3e-6, atol=1e-7)
+
+
+def test_inputs_written_after_queueing_keep_their_values_at_queue_time(queueing):
+    x = torch.randn(32, device=DEV)
+    x0 = x.cpu()
+    y = x + 1            # queued: reads x as it is now
+    x.add_(5)            # queued after it, in program order
+    z = x * 2
+    x.fill_(3)           # not queued: runs the queue first
+    assert torch.equal(y.cpu(), x0 + 1)
+    assert torch.equal(z.cpu(), (x0 + 5) * 2)
+    assert torch.equal(x.cpu(), torch.full((32,), 3.0))
+
+
+def test_every_way_of_reading_a_value_sees_the_queued_result(queueing):
+    a = torch.randn(8)
+    x = a.to(DEV) * 2
+    assert x[3].item() == (a * 2)[3].item()
+    x = a.to(DEV) * 3
+    assert str(a * 3)[len("tensor("):-1] in repr(x)
+    x = a.to(DEV) + 1
+    assert torch.equal(x.sum().cpu(), (a + 1).sum())            # a native op reads it
+    x = a.to(DEV) - 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fallback's once-per-op warning
+        assert torch.equal(torch.special.erfcx(x).cpu(), torch.special.erfcx(a - 1))  # a CPU fallback reads it
+    x = a.to(DEV) / 3
+    assert torch.equal(x.view(2, 4).t().contiguous().cpu(), (a / 3).view(2, 4).t().contiguous())
+    x = a.to(DEV) * 5
+    assert torch.equal(torch.from_numpy(x.cpu().numpy()), a * 5)
+
+
+def test_a_program_read_on_another_thread_sees_the_queue(queueing):
+    a = torch.randn(100)
+    x = a.to(DEV) * 4
+    seen = {}
+    thread = threading.Thread(target=lambda: seen.update(value=x.cpu()))
+    thread.start()
+    thread.join()
+    assert torch.equal(seen["value"], a * 4)
+
+
+def test_errors_are_raised_by_the_call_that_causes_them(queueing):
+    x = torch.arange(6.0, device=DEV)
+    with pytest.raises(RuntimeError, match="some elements of the input tensor and the written-to tensor refer "
+                                           "to a single memory location"):
+        x[1:].add_(x[:-1])
+    with pytest.raises(RuntimeError, match="must match the size"):
+        x + torch.ones(4, device=DEV)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        x + torch.ones(6)
+    assert torch.equal(x.cpu(), torch.arange(6.0))
+
+
+def test_autograd_through_queued_ops_matches_cpu(queueing):
+    w = torch.randn(16, requires_grad=True)
+    nw = w.detach().to(DEV).requires_grad_()
+    before = stats()
+    for t in (w, nw):
+        ((t * 2 + 1) * t / 3 - t).sum().backward()
+    assert queued_since(before) > 0
+    assert torch.equal(nw.grad.cpu(), w.grad)
+
+
+def test_not_queued_when_deterministic_profiling_or_off():
+    x = torch.randn(16, device=DEV)
+    before = stats()
+    x * 2  # off (the default)
+    assert queued_since(before) == 0
+    torch_neuronx.ops.set_concatenation(True)
+    try:
+        torch.use_deterministic_algorithms(True)
+        try:
+            y = x * 2
+        finally:
+            torch.use_deterministic_algorithms(False)
+        with torch.profiler.profile() as prof:
+            z = x + 1
+        assert queued_since(before) == 0
+        assert any(e.name == "aten::add" for e in prof.events())
+        assert torch.equal(y.cpu(), x.cpu() * 2) and torch.equal(z.cpu(), x.cpu() + 1)
+    finally:
+        torch_neuronx.ops.set_concatenation(False)
+
+
+def test_launch_blocking_keeps_it_off(monkeypatch):
+    monkeypatch.setenv("NEURON_LAUNCH_BLOCKING", "1")
+    torch_neuronx.ops.set_concatenation(True)
+    try:
+        assert not _C._concatenation_enabled()
+    finally:
+        monkeypatch.delenv("NEURON_LAUNCH_BLOCKING")
+        torch_neuronx.ops.set_concatenation(False)
+
+
+def test_buffer_size_limit_runs_a_full_queue(monkeypatch):
+    monkeypatch.setenv("TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT", "5")
+    torch_neuronx.ops.set_concatenation(True)
+    try:
+        x = torch.ones(4, device=DEV)
+        before = stats()
+        for _ in range(12):
+            x = x + 1
+        assert stats()[0] - before[0] == 2 and stats()[1] - before[1] == 10
+        assert torch.equal(x.cpu(), torch.full((4,), 13.0))
+        assert stats()[0] - before[0] == 3
+    finally:
+        torch_neuronx.ops.set_concatenation(False)
+
+
+def test_synchronize_and_events_run_the_queue(queueing):
+    x = torch.randn(64, device=DEV)
+    before = stats()
+    x * 2
+    torch.neuron.synchronize()
+    assert stats()[0] - before[0] == 1
+    start, end = torch.neuron.Event(enable_timing=True), torch.neuron.Event(enable_timing=True)
+    start.record()
+    x + 1
+    end.record()
+    assert stats()[0] - before[0] == 2
+    end.synchronize()
+    assert start.elapsed_time(end) >= 0
+
+
+def test_compiled_graph_reads_a_queued_output(queueing):
+    a = torch.randn(32)
+    x = a.to(DEV) * 2 + 1
+    compiled = torch.compile(lambda t: torch.sin(t) * 3, backend="neuron")
+    torch.testing.assert_close(compiled(x).cpu(), torch.sin(a * 2 + 1) * 3, rtol=1e-6, atol=1e-6)
+
+
+def test_queued_outputs_are_allocated_at_the_call(queueing):
+    torch.neuron.synchronize()
+    start = torch.neuron.memory_allocated()
+    x = torch.ones(1024, device=DEV)
+    y = x * 2
+    assert torch.neuron.memory_allocated() - start == 2 * 4096
+    del y
+    _C._run_queued()
+    assert torch.neuron.memory_allocated() - start == 4096
+
+
+@pytest.mark.parametrize("value, enabled", [("1", True), ("0", False)])
+def test_the_variable_switches_it_at_import(value, enabled):
+    probe = ("import torch, torch_neuronx; from torch_neuronx import _C; "
+             "x = torch.ones(3, device='neuron') * 2; print(_C._concatenation_enabled(), x.cpu().tolist())")
+    env = {**__import__("os").environ, "TORCH_NEURONX_ENABLE_CONCATENATION": value}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[-2] == f"{enabled} [2.0, 2.0, 2.0]"

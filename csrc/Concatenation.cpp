@@ -2,6 +2,7 @@
 #include "Concatenation.h"
 
 #include "Allocator.h"
+#include "Eager.h"
 #include "Recorder.h"
 #include "Runtime.h"
 
@@ -13,6 +14,8 @@
 #include <cmath>
 #include <mutex>
 #include <optional>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace torch_neuronx {
@@ -26,6 +29,7 @@ namespace {
 // One queued call: out = a <op> (b or scalar), with alpha for add/sub.
 struct Entry {
   QueuedOp op;
+  bool inplace;
   at::Tensor out;
   at::Tensor a;
   at::Tensor b;  // undefined: `scalar` is the second operand
@@ -33,12 +37,54 @@ struct Entry {
   float alpha;
 };
 
+// Operands of at most PyTorch's grain size (32,768 elements): PyTorch's CPU
+// kernels run those on one thread, as the queue does, and the bytes a queued
+// op keeps alive stay small.
+constexpr int64_t kMaxElements = 32768;
+// The queue also runs once the results it holds reach this many bytes, so
+// that dead intermediates do not pile up and stay in cache (about half of a
+// core's L2).
+constexpr int64_t kMaxHeldBytes = 512 * 1024;
+
 struct Queue {
   std::mutex mutex;  // held while ops are queued and while the queue runs
   std::vector<Entry> entries;
+  int64_t held_bytes = 0;  // bytes of the queued ops' results
   int64_t limit = 1024;
   ConcatenationStats stats;
+  // get_executed_ops()'s counter of each sequence launched, by its ops' codes.
+  std::unordered_map<std::string, std::atomic<int64_t>*> launched;
 };
+
+// The op's schema name, as get_executed_ops() names a call of it.
+const char* schemaName(QueuedOp op, bool inplace) {
+  static const char* names[4][2] = {{"aten::add.Tensor", "aten::add_.Tensor"},
+                                    {"aten::sub.Tensor", "aten::sub_.Tensor"},
+                                    {"aten::mul.Tensor", "aten::mul_.Tensor"},
+                                    {"aten::div.Tensor", "aten::div_.Tensor"}};
+  return names[static_cast<int>(op)][inplace ? 1 : 0];
+}
+
+// Counts one launch of the queued sequence in get_executed_ops(), under its
+// ops' names joined by "|", as TorchNeuron names a concatenated operation
+// ("mul|pow|aten::mm"); each op was counted under its own name when called.
+void countLaunch(Queue& q) {
+  std::string codes;
+  codes.reserve(q.entries.size());
+  for (const Entry& e : q.entries) {
+    codes.push_back(static_cast<char>(static_cast<int>(e.op) * 2 + (e.inplace ? 1 : 0)));
+  }
+  auto& counter = q.launched[codes];
+  if (counter == nullptr) {
+    std::string name;
+    for (const Entry& e : q.entries) {
+      name += name.empty() ? "" : "|";
+      name += schemaName(e.op, e.inplace);
+    }
+    counter = executedCounter(name);
+  }
+  counter->fetch_add(1, std::memory_order_relaxed);
+}
 
 Queue& queue() {
   static auto* q = new Queue();  // leaked: outlives every tensor's destructor
@@ -79,10 +125,11 @@ bool queueing() {
 // does not qualify: a float32 neuron tensor and either another of its shape on
 // its core or a CPU scalar (both contiguous, no conj/neg bits).
 std::optional<Entry> operands(QueuedOp op, const at::Tensor& self, const at::Tensor& other, double alpha) {
-  if (!queueing() || self.device().type() != kNeuron || !plainFloat(self) || self.numel() == 0) {
+  if (!queueing() || self.device().type() != kNeuron || !plainFloat(self) || self.numel() == 0 ||
+      self.numel() > kMaxElements) {
     return std::nullopt;
   }
-  Entry entry{op, at::Tensor(), self, at::Tensor(), 0.0f, static_cast<float>(alpha)};
+  Entry entry{op, false, at::Tensor(), self, at::Tensor(), 0.0f, static_cast<float>(alpha)};
   if (other.device() == self.device()) {
     if (!plainFloat(other) || !other.sizes().equals(self.sizes())) {
       return std::nullopt;
@@ -148,18 +195,21 @@ void runLocked(Queue& q) {
   for (const Entry& e : q.entries) {
     run(e);
   }
+  countLaunch(q);
   q.stats.launches += 1;
   q.stats.ops += static_cast<int64_t>(q.entries.size());
   q.entries.clear();
+  q.held_bytes = 0;
   detail::gQueued.store(false, std::memory_order_release);
 }
 
 void push(Entry entry) {
   Queue& q = queue();
   std::lock_guard<std::mutex> lock(q.mutex);
+  q.held_bytes += static_cast<int64_t>(entry.out.numel() * sizeof(float));
   q.entries.push_back(std::move(entry));
   detail::gQueued.store(true, std::memory_order_release);
-  if (static_cast<int64_t>(q.entries.size()) >= q.limit) {
+  if (static_cast<int64_t>(q.entries.size()) >= q.limit || q.held_bytes >= kMaxHeldBytes) {
     runLocked(q);
   }
 }
@@ -218,6 +268,7 @@ bool queueBinaryInplace(QueuedOp op, const at::Tensor& self, const at::Tensor& o
     }
   }
   entry->out = self;
+  entry->inplace = true;
   push(std::move(*entry));
   return true;
 }
@@ -225,7 +276,9 @@ bool queueBinaryInplace(QueuedOp op, const at::Tensor& self, const at::Tensor& o
 ConcatenationStats concatenationStats() {
   Queue& q = queue();
   std::lock_guard<std::mutex> lock(q.mutex);
-  return q.stats;
+  ConcatenationStats stats = q.stats;
+  stats.sequences = static_cast<int64_t>(q.launched.size());
+  return stats;
 }
 
 } // namespace torch_neuronx

@@ -3,12 +3,14 @@
 //
 // First step: float32 elementwise add, sub, mul and div (the out-of-place and
 // in-place Tensor overloads that csrc/FastOps.cpp serves) on contiguous
-// tensors of one shape, or with a scalar operand, are queued instead of run
-// when TORCH_NEURONX_ENABLE_CONCATENATION is on. The queue runs as one
-// launch, in program order, when anything may read device memory: every path
-// to device bytes goes through a host alias (hostAlias, owningHostAlias,
-// Eager.h), and making one runs the queue first; so do synchronize and a full
-// queue (TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT ops). A queued call
+// tensors of one shape, or with a scalar operand, of at most 32,768 elements
+// (PyTorch's grain size: its CPU kernels run them on one thread too), are
+// queued instead of run when TORCH_NEURONX_ENABLE_CONCATENATION is on. The
+// queue runs as one launch, in program order, when anything may read device
+// memory: every path to device bytes goes through a host alias (hostAlias,
+// owningHostAlias, Eager.h), and making one runs the queue first; so do
+// synchronize, events and a full queue (TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT
+// ops, or 512 KiB of results held). A queued call
 // checks everything that could fail when it is queued (device, dtype, shape,
 // overlap), so an error is raised by the call that caused it, as unqueued.
 //
@@ -51,10 +53,12 @@ inline void runQueued() {
   }
 }
 
-// Launches run and ops they held, since start (for tests and benchmarks).
+// Launches run, ops they held, and distinct op sequences among them, since
+// start (for tests and benchmarks).
 struct ConcatenationStats {
   int64_t launches = 0;
   int64_t ops = 0;
+  int64_t sequences = 0;
 };
 ConcatenationStats concatenationStats();
 

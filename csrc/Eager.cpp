@@ -811,6 +811,10 @@ std::map<std::string, int64_t> executedOps() {
   return executedTable().nonzero();
 }
 
+std::atomic<int64_t>* executedCounter(const std::string& name) {
+  return executedTable().get(name);
+}
+
 std::map<std::string, int64_t> fallbackOps() {
   return fallbackTable().nonzero();
 }

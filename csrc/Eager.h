@@ -136,6 +136,8 @@ class DirectOp {
 // Op tracking: call counts of every op run on the device, and of the subset
 // that took the CPU fallback path.
 std::map<std::string, int64_t> executedOps();
+// The get_executed_ops() counter of `name` (created on first use; never freed).
+std::atomic<int64_t>* executedCounter(const std::string& name);
 std::map<std::string, int64_t> fallbackOps();
 void clearOpTracking();
 

@@ -380,8 +380,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("_concatenation_enabled", &tn::concatenationEnabled);
   m.def("_concatenation_stats", [] {
     const auto stats = tn::concatenationStats();
-    return std::make_pair(stats.launches, stats.ops);
-  }, "(launches, ops): the queue's launches since start and the ops they ran.");
+    return std::make_tuple(stats.launches, stats.ops, stats.sequences);
+  }, "(launches, ops, sequences): the queue's launches since start, the ops they ran, and how many "
+     "distinct op sequences they were.");
   m.def("_run_queued", &tn::runQueued, "Runs the ops concatenation has queued.");
   m.def("_get_fallback_mode", [] { return static_cast<int>(tn::fallbackMode()); });
   m.def("_set_device_limits_enforced", &tn::setDeviceLimitsEnforced);

@@ -1,0 +1,186 @@
+#!/usr/bin/env python
+"""Adaptive Eager Execution (TORCH_NEURONX_ENABLE_CONCATENATION) against native CPU eager (issue #28).
+
+    python benchmarks/bench_concatenation.py            # full run, prints the table
+    python benchmarks/bench_concatenation.py --quick    # a few seconds, for smoke tests
+
+Each case runs the same statement on CPU tensors and on `neuron` tensors with the queue off and on,
+interleaved: a round times one block of iterations on each of the three (the order rotates between
+rounds) and takes the ratios per round; the table gives the median over rounds and the spread (25th to
+75th percentile of the per-round ratios). A neuron block ends with torch.neuron.synchronize(), so queued
+work is inside the time. Before timing, every case checks that the three give the same result
+(float32 tolerance). With the queue on, the table also gives the launches and queued ops per
+iteration, and the distinct op sequences launched (what a compiled queue would compile: the rest are
+cache hits). One thread, as torchrun sets.
+
+The cases are issue #28's item 5: a chain of 20 elementwise ops on 1,024 float32, an optimizer step
+with foreach=False over 100 small parameters (SGD with momentum, and AdamW), a LayerNorm+GELU MLP
+forward at batch 1, and bench_eager.py's two training steps (MLP, transformer), which must not get
+slower with the queue on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+import torch_neuronx
+from torch_neuronx import _C
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_eager  # noqa: E402  (the training-step cases)
+
+MODES = ("cpu", "off", "on")  # CPU eager; neuron without the queue; neuron with it
+
+
+@dataclass
+class Case:
+    name: str
+    label: str
+    make: Callable[[str], tuple[Callable[[], object], Callable[[], object]]]  # device -> (step, check)
+
+
+def _chain(device):
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(1024, generator=g).to(device), torch.randn(1024, generator=g).to(device)
+
+    def step():
+        x = a
+        for i in range(20):
+            x = x * 1.0001 if i % 2 else x + b
+        return x
+    return step, step
+
+
+def _optimizer(kind):
+    def make(device):
+        g = torch.Generator().manual_seed(0)
+        params = [torch.randn(64, generator=g).to(device).requires_grad_() for _ in range(100)]
+        for p in params:
+            p.grad = torch.randn(64, generator=g).to(device)
+        opt = (torch.optim.SGD(params, lr=0.01, momentum=0.9, foreach=False) if kind == "sgd"
+               else torch.optim.AdamW(params, lr=1e-3, foreach=False))
+        return opt.step, lambda: params[0].detach()
+    return make
+
+
+def _mlp_forward(device):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.LayerNorm(1024), torch.nn.GELU(),
+                                torch.nn.Linear(1024, 256)).to(device)
+    x = torch.randn(1, 256, generator=torch.Generator().manual_seed(1)).to(device)
+
+    def step():
+        with torch.no_grad():
+            return model(x)
+    return step, step
+
+
+def _training(make):
+    def build(device):
+        setup = make(device)
+        return setup.namespace["step"], setup.check
+    return build
+
+
+CASES = [
+    Case("chain20", "20 elementwise ops (x + b, x * 1.0001), 1,024 float32", _chain),
+    Case("sgd_step", "SGD step, momentum, foreach=False, 100 x 64 float32 parameters", _optimizer("sgd")),
+    Case("adamw_step", "AdamW step, foreach=False, 100 x 64 float32 parameters", _optimizer("adamw")),
+    Case("mlp_fwd_b1", "LayerNorm+GELU MLP forward, batch 1 (Linear 256-1024-256)", _mlp_forward),
+    Case("mlp_step", "MLP training step (bench_eager.py)", _training(bench_eager.make_mlp)),
+    Case("transformer_step", "Transformer training step (bench_eager.py)", _training(bench_eager.make_transformer)),
+]
+
+
+def _time(step, iterations: int, mode: str) -> float:
+    """Seconds per iteration of one block in `mode`."""
+    if mode != "cpu":
+        torch_neuronx.ops.set_concatenation(mode == "on")
+    start = time.perf_counter()
+    for _ in range(iterations):
+        step()
+    if mode != "cpu":
+        torch.neuron.synchronize()
+    return (time.perf_counter() - start) / iterations
+
+
+def _check(case: Case, steps: dict) -> None:
+    """The three modes agree (each mode's step builds its own state, from the same seeds)."""
+    results = {}
+    for mode in MODES:
+        step, check = steps[mode]
+        if mode != "cpu":
+            torch_neuronx.ops.set_concatenation(mode == "on")
+        step()
+        results[mode] = check().detach().cpu()
+    torch_neuronx.ops.set_concatenation(False)
+    for mode in ("off", "on"):
+        torch.testing.assert_close(results[mode], results["cpu"], rtol=1e-4, atol=1e-5,
+                                   msg=lambda m, mode=mode: f"{case.name}: {mode} differs from CPU: {m}")
+
+
+def run_case(case: Case, rounds: int, block_s: float) -> dict:
+    steps = {mode: case.make("cpu" if mode == "cpu" else "neuron") for mode in MODES}
+    _check(case, steps)
+    # Iterations per block: about block_s of CPU time.
+    probe = _time(steps["cpu"][0], 3, "cpu")
+    iterations = max(3, int(block_s / max(probe, 1e-7)))
+    for mode in MODES:  # warm-up
+        _time(steps[mode][0], iterations, mode)
+    times = {mode: [] for mode in MODES}
+    stats_before = _C._concatenation_stats()
+    on_iterations = 0
+    for r in range(rounds):
+        order = MODES[r % 3:] + MODES[:r % 3]
+        for mode in order:
+            times[mode].append(_time(steps[mode][0], iterations, mode))
+        on_iterations += iterations
+    torch_neuronx.ops.set_concatenation(False)
+    launches, ops, _ = (a - b for a, b in zip(_C._concatenation_stats(), stats_before))
+
+    def ratio(mode, base):
+        values = sorted(t / c for t, c in zip(times[mode], times[base]))
+        return statistics.median(values), values[len(values) // 4], values[(3 * len(values)) // 4]
+
+    return {"case": case, "cpu_us": statistics.median(times["cpu"]) * 1e6, "off": ratio("off", "cpu"),
+            "on": ratio("on", "cpu"), "on_off": ratio("on", "off"),
+            "launches": launches / on_iterations, "ops": ops / on_iterations,
+            "sequences": _C._concatenation_stats()[2]}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="two rounds of short blocks (smoke test)")
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--block", type=float, default=0.05, help="seconds of CPU work per block")
+    parser.add_argument("--only", nargs="*", help="run only these case names")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    rounds, block = (2, 0.005) if args.quick else (args.rounds, args.block)
+    print(f"torch {torch.__version__}, 1 thread, {rounds} rounds; ratios: median [25th-75th percentile] "
+          f"of per-round time / CPU eager time (lower is faster)")
+    print(f"{'case':18} {'CPU us':>9} {'neuron off':>20} {'neuron on':>20} {'on / off':>20} "
+          f"{'launches':>9} {'queued':>7}")
+    for case in CASES:
+        if args.only and case.name not in args.only:
+            continue
+        res = run_case(case, rounds, block)
+
+        def fmt(r):
+            return f"{r[0]:.2f} [{r[1]:.2f}-{r[2]:.2f}]"
+        print(f"{case.name:18} {res['cpu_us']:9.1f} {fmt(res['off']):>20} {fmt(res['on']):>20} "
+              f"{fmt(res['on_off']):>20} {res['launches']:9.2f} {res['ops']:7.1f}", flush=True)
+    print(f"distinct op sequences launched in this process: {_C._concatenation_stats()[2]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

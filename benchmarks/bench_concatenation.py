@@ -3,6 +3,7 @@
 
     python benchmarks/bench_concatenation.py            # full run, prints the table
     python benchmarks/bench_concatenation.py --quick    # a few seconds, for smoke tests
+    python benchmarks/bench_concatenation.py --json out.json
 
 Each case runs the same statement on CPU tensors and on `neuron` tensors with the queue off and on,
 interleaved: a round times one block of iterations on each of the three (the order rotates between
@@ -22,6 +23,7 @@ slower with the queue on.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -162,6 +164,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--block", type=float, default=0.05, help="seconds of CPU work per block")
     parser.add_argument("--only", nargs="*", help="run only these case names")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     rounds, block = (2, 0.005) if args.quick else (args.rounds, args.block)
@@ -169,16 +172,24 @@ def main(argv=None) -> int:
           f"of per-round time / CPU eager time (lower is faster)")
     print(f"{'case':18} {'CPU us':>9} {'neuron off':>20} {'neuron on':>20} {'on / off':>20} "
           f"{'launches':>9} {'queued':>7}")
+    results = []
     for case in CASES:
         if args.only and case.name not in args.only:
             continue
         res = run_case(case, rounds, block)
+        results.append(res)
 
         def fmt(r):
             return f"{r[0]:.2f} [{r[1]:.2f}-{r[2]:.2f}]"
         print(f"{case.name:18} {res['cpu_us']:9.1f} {fmt(res['off']):>20} {fmt(res['on']):>20} "
               f"{fmt(res['on_off']):>20} {res['launches']:9.2f} {res['ops']:7.1f}", flush=True)
     print(f"distinct op sequences launched in this process: {_C._concatenation_stats()[2]}")
+    if args.json:
+        def ratio(r):
+            return {"median": r[0], "p25": r[1], "p75": r[2]}
+        Path(args.json).write_text(json.dumps([
+            {"name": r["case"].name, "cpu_us": r["cpu_us"], "off": ratio(r["off"]), "on": ratio(r["on"]),
+             "on_off": ratio(r["on_off"]), "launches": r["launches"], "ops": r["ops"]} for r in results], indent=1))
     return 0
 
 

@@ -73,6 +73,19 @@ def test_bench_profiler_quick_runs(tmp_path):
             assert ratio["p25"] <= ratio["median"] <= ratio["p75"] and ratio["median"] > 0, (name, key)
 
 
+def test_bench_concatenation_quick_runs(tmp_path):
+    """Every case checks the queue's results against CPU eager before timing (the script fails
+    otherwise) and reports finite ratios; the chain and the SGD step queue all their arithmetic,
+    the MLP forward queues nothing."""
+    results = {r["name"]: r for r in _run_quick("bench_concatenation.py", tmp_path / "c.json", timeout=600)}
+    assert set(results) == {"chain20", "sgd_step", "adamw_step", "mlp_fwd_b1", "mlp_step", "transformer_step"}
+    for name, r in results.items():
+        for key in ("off", "on", "on_off"):
+            assert r[key]["p25"] <= r[key]["median"] <= r[key]["p75"] and r[key]["median"] > 0, (name, key)
+    assert results["chain20"]["ops"] == 20 and results["sgd_step"]["ops"] == 300
+    assert results["mlp_fwd_b1"]["ops"] == 0
+
+
 def test_results_sections_are_replaced_not_appended(tmp_path):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from results_file import write_section

@@ -26,15 +26,17 @@ std::atomic<bool> gQueued{false};
 
 namespace {
 
-// One queued call: out = a <op> (b or scalar), with alpha for add/sub.
+// One queued call: out = a <op> (b or scalar), with alpha for add/sub; lerp's
+// weight and addcmul/addcdiv's value are `alpha` too, their third tensor `c`.
 struct Entry {
   QueuedOp op;
   bool inplace;
   at::Tensor out;
   at::Tensor a;
-  at::Tensor b;  // undefined: `scalar` is the second operand
+  at::Tensor b;  // undefined: `scalar` is the second operand (or the op has one)
   float scalar;
   float alpha;
+  at::Tensor c;
 };
 
 // Operands of at most PyTorch's grain size (32,768 elements): PyTorch's CPU
@@ -58,10 +60,14 @@ struct Queue {
 
 // The op's schema name, as get_executed_ops() names a call of it.
 const char* schemaName(QueuedOp op, bool inplace) {
-  static const char* names[4][2] = {{"aten::add.Tensor", "aten::add_.Tensor"},
+  static const char* names[8][2] = {{"aten::add.Tensor", "aten::add_.Tensor"},
                                     {"aten::sub.Tensor", "aten::sub_.Tensor"},
                                     {"aten::mul.Tensor", "aten::mul_.Tensor"},
-                                    {"aten::div.Tensor", "aten::div_.Tensor"}};
+                                    {"aten::div.Tensor", "aten::div_.Tensor"},
+                                    {"aten::sqrt", "aten::sqrt_"},
+                                    {"aten::lerp.Scalar", "aten::lerp_.Scalar"},
+                                    {"aten::addcmul", "aten::addcmul_"},
+                                    {"aten::addcdiv", "aten::addcdiv_"}};
   return names[static_cast<int>(op)][inplace ? 1 : 0];
 }
 
@@ -129,7 +135,7 @@ std::optional<Entry> operands(QueuedOp op, const at::Tensor& self, const at::Ten
       self.numel() > kMaxElements) {
     return std::nullopt;
   }
-  Entry entry{op, false, at::Tensor(), self, at::Tensor(), 0.0f, static_cast<float>(alpha)};
+  Entry entry{op, false, at::Tensor(), self, at::Tensor(), 0.0f, static_cast<float>(alpha), at::Tensor()};
   if (other.device() == self.device()) {
     if (!plainFloat(other) || !other.sizes().equals(self.sizes())) {
       return std::nullopt;
@@ -148,11 +154,31 @@ std::optional<Entry> operands(QueuedOp op, const at::Tensor& self, const at::Ten
 }
 
 // PyTorch's float32 formulas: add/sub compute self + alpha * other as one
-// fused multiply-add (exactly self +/- other for alpha 1), mul and div one
-// IEEE operation.
+// fused multiply-add (exactly self +/- other for alpha 1), mul, div and sqrt
+// one IEEE operation; lerp is PyTorch's vectorized form, one fused
+// multiply-add from the nearer end (weight, or weight - 1 from `end`, when
+// |weight| >= 0.5); addcmul / addcdiv are self + (value * t1) * t2 and
+// self + (value * t1) / t2, left to right.
 template <class Other>
-void compute(QueuedOp op, float* out, const float* a, Other b, float alpha, int64_t n) {
+void compute(QueuedOp op, float* out, const float* a, Other b, const float* c, float alpha, int64_t n) {
   switch (op) {
+    case QueuedOp::Sqrt:
+      for (int64_t i = 0; i < n; ++i) out[i] = std::sqrt(a[i]);
+      break;
+    case QueuedOp::Lerp:
+      if (std::abs(alpha) < 0.5f) {
+        for (int64_t i = 0; i < n; ++i) out[i] = std::fma(alpha, b(i) - a[i], a[i]);
+      } else {
+        const float coeff = alpha - 1.0f;
+        for (int64_t i = 0; i < n; ++i) out[i] = std::fma(coeff, b(i) - a[i], b(i));
+      }
+      break;
+    case QueuedOp::Addcmul:
+      for (int64_t i = 0; i < n; ++i) out[i] = a[i] + alpha * b(i) * c[i];
+      break;
+    case QueuedOp::Addcdiv:
+      for (int64_t i = 0; i < n; ++i) out[i] = a[i] + alpha * b(i) / c[i];
+      break;
     case QueuedOp::Add:
     case QueuedOp::Sub: {
       const float scale = op == QueuedOp::Sub ? -alpha : alpha;
@@ -177,13 +203,14 @@ void compute(QueuedOp op, float* out, const float* a, Other b, float alpha, int6
 void run(const Entry& e) {
   auto* out = static_cast<float*>(e.out.mutable_data_ptr());
   const auto* a = static_cast<const float*>(e.a.const_data_ptr());
+  const auto* c = e.c.defined() ? static_cast<const float*>(e.c.const_data_ptr()) : nullptr;
   const int64_t n = e.out.numel();
   if (e.b.defined()) {
     const auto* b = static_cast<const float*>(e.b.const_data_ptr());
-    compute(e.op, out, a, [b](int64_t i) { return b[i]; }, e.alpha, n);
+    compute(e.op, out, a, [b](int64_t i) { return b[i]; }, c, e.alpha, n);
   } else {
     const float s = e.scalar;
-    compute(e.op, out, a, [s](int64_t) { return s; }, e.alpha, n);
+    compute(e.op, out, a, [s](int64_t) { return s; }, c, e.alpha, n);
   }
 }
 
@@ -214,6 +241,55 @@ void push(Entry entry) {
   }
 }
 
+// The entry for an op whose operands are all tensors (sqrt, lerp, addcmul,
+// addcdiv): float32 neuron tensors of self's shape on its core.
+std::optional<Entry> tensorOperands(QueuedOp op, const at::Tensor& self, const at::Tensor* b, const at::Tensor* c,
+                                    double value) {
+  if (!queueing() || self.device().type() != kNeuron || !plainFloat(self) || self.numel() == 0 ||
+      self.numel() > kMaxElements) {
+    return std::nullopt;
+  }
+  for (const at::Tensor* t : {b, c}) {
+    if (t != nullptr && (t->device() != self.device() || !plainFloat(*t) || !t->sizes().equals(self.sizes()))) {
+      return std::nullopt;
+    }
+  }
+  return Entry{op,  false, at::Tensor(), self, b ? *b : at::Tensor(), 0.0f, static_cast<float>(value),
+               c ? *c : at::Tensor()};
+}
+
+// A fresh result for `entry` (self's shape, contiguous float32, on its core),
+// then the entry queued; the result.
+at::Tensor queueOutOfPlace(Entry entry) {
+  {
+    c10::DeviceGuard guard(entry.a.device());
+    entry.out = at::detail::empty_generic(
+        entry.a.sizes(), &neuronAllocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), at::kFloat,
+        c10::MemoryFormat::Contiguous);
+  }
+  at::Tensor out = entry.out;
+  push(std::move(entry));
+  return out;
+}
+
+// `entry` queued writing its own first operand; false (run it now) when another
+// operand shares only part of its memory (PyTorch refuses that, or reads it
+// while writing it) or the overlap cannot be told.
+bool queueInPlace(Entry entry) {
+  for (const at::Tensor* t : {&entry.b, &entry.c}) {
+    if (t->defined()) {
+      const auto overlap = at::get_overlap_status(entry.a, *t);
+      if (overlap == at::MemOverlapStatus::Partial || overlap == at::MemOverlapStatus::TooHard) {
+        return false;
+      }
+    }
+  }
+  entry.out = entry.a;
+  entry.inplace = true;
+  push(std::move(entry));
+  return true;
+}
+
 } // namespace
 
 namespace detail {
@@ -240,37 +316,23 @@ bool concatenationEnabled() {
 
 at::Tensor queueBinary(QueuedOp op, const at::Tensor& self, const at::Tensor& other, double alpha) {
   auto entry = operands(op, self, other, alpha);
-  if (!entry) {
-    return at::Tensor();
-  }
-  {
-    c10::DeviceGuard guard(self.device());
-    entry->out = at::detail::empty_generic(
-        self.sizes(), &neuronAllocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), at::kFloat,
-        c10::MemoryFormat::Contiguous);
-  }
-  at::Tensor out = entry->out;
-  push(std::move(*entry));
-  return out;
+  return entry ? queueOutOfPlace(std::move(*entry)) : at::Tensor();
 }
 
 bool queueBinaryInplace(QueuedOp op, const at::Tensor& self, const at::Tensor& other, double alpha) {
   auto entry = operands(op, self, other, alpha);
-  if (!entry) {
-    return false;
-  }
-  // An operand that shares some but not all of self's elements: PyTorch refuses
-  // it (or reads it as it is being written); the call runs now and does that.
-  if (entry->b.defined()) {
-    const auto overlap = at::get_overlap_status(self, other);
-    if (overlap == at::MemOverlapStatus::Partial || overlap == at::MemOverlapStatus::TooHard) {
-      return false;
-    }
-  }
-  entry->out = self;
-  entry->inplace = true;
-  push(std::move(*entry));
-  return true;
+  return entry && queueInPlace(std::move(*entry));
+}
+
+at::Tensor queueTensors(QueuedOp op, const at::Tensor& self, const at::Tensor* b, const at::Tensor* c, double value) {
+  auto entry = tensorOperands(op, self, b, c, value);
+  return entry ? queueOutOfPlace(std::move(*entry)) : at::Tensor();
+}
+
+bool queueTensorsInplace(QueuedOp op, const at::Tensor& self, const at::Tensor* b, const at::Tensor* c,
+                         double value) {
+  auto entry = tensorOperands(op, self, b, c, value);
+  return entry && queueInPlace(std::move(*entry));
 }
 
 ConcatenationStats concatenationStats() {

@@ -2,8 +2,9 @@
 // ops queued and run together as one launch.
 //
 // First step: float32 elementwise add, sub, mul and div (the out-of-place and
-// in-place Tensor overloads that csrc/FastOps.cpp serves) on contiguous
-// tensors of one shape, or with a scalar operand, of at most 32,768 elements
+// in-place Tensor overloads), sqrt, lerp (Scalar weight), addcmul and addcdiv
+// (csrc/FastOps.cpp serves them) on contiguous tensors of one shape, or with a
+// scalar operand (add, sub, mul, div), of at most 32,768 elements
 // (PyTorch's grain size: its CPU kernels run them on one thread too), are
 // queued instead of run when TORCH_NEURONX_ENABLE_CONCATENATION is on. The
 // queue runs as one launch, in program order, when anything may read device
@@ -27,7 +28,7 @@
 
 namespace torch_neuronx {
 
-enum class QueuedOp : uint8_t { Add, Sub, Mul, Div };
+enum class QueuedOp : uint8_t { Add, Sub, Mul, Div, Sqrt, Lerp, Addcmul, Addcdiv };
 
 // From TORCH_NEURONX_ENABLE_CONCATENATION, NEURON_LAUNCH_BLOCKING and
 // TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT (torch_neuronx/ops/__init__.py).
@@ -39,6 +40,11 @@ bool concatenationEnabled();
 at::Tensor queueBinary(QueuedOp op, const at::Tensor& self, const at::Tensor& other, double alpha);
 // `self <op>= other` queued: false when the call does not qualify.
 bool queueBinaryInplace(QueuedOp op, const at::Tensor& self, const at::Tensor& other, double alpha);
+// sqrt(self), lerp(self, b, value), addcmul / addcdiv(self, b, c, value=value) queued, every
+// tensor a float32 neuron tensor of self's shape (b, c: nullptr where the op has none).
+at::Tensor queueTensors(QueuedOp op, const at::Tensor& self, const at::Tensor* b, const at::Tensor* c, double value);
+bool queueTensorsInplace(QueuedOp op, const at::Tensor& self, const at::Tensor* b, const at::Tensor* c,
+                         double value);
 
 namespace detail {
 extern std::atomic<bool> gQueued;  // some op is queued

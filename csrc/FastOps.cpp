@@ -92,6 +92,45 @@ NEURON_BINARY_KERNELS(sub, Sub, NEURON_ALPHA_PARAM, NEURON_ALPHA_ARG, alpha.toDo
 NEURON_BINARY_KERNELS(mul, Mul, NEURON_NOTHING, NEURON_NOTHING, 1.0)
 NEURON_BINARY_KERNELS(div, Div, NEURON_NOTHING, NEURON_NOTHING, 1.0)
 
+// Ops served here only so that concatenation can queue them (Concatenation.h):
+// a call the queue takes is counted here; any other call takes the alias path
+// as before, which counts and records it. One out-of-place and one in-place
+// kernel per op; B and C are the tensors beside self (nullptr where the op has
+// none), VALUE the Scalar (lerp's weight, addcmul/addcdiv's value).
+#define NEURON_QUEUED_KERNELS(NAME, OVERLOAD, OP, PARAMS, ARGS, B, C, VALUE)                   \
+  DirectOp NAME##Op(#NAME OVERLOAD);                                                           \
+  DirectOp NAME##InplaceOp(#NAME "_" OVERLOAD);                                                \
+  at::Tensor NAME##Queued(const at::Tensor& self PARAMS) {                                     \
+    if (concatenationEnabled()) {                                                              \
+      at::Tensor queued = queueTensors(QueuedOp::OP, self, B, C, VALUE);                       \
+      if (queued.defined()) {                                                                  \
+        auto call = NAME##Op.enter(self ARGS);                                                 \
+        return queued;                                                                         \
+      }                                                                                        \
+    }                                                                                          \
+    return generic(NAME##Op, self ARGS);                                                       \
+  }                                                                                            \
+  at::Tensor& NAME##InplaceQueued(at::Tensor& self PARAMS) {                                   \
+    if (concatenationEnabled() && queueTensorsInplace(QueuedOp::OP, self, B, C, VALUE)) {      \
+      auto call = NAME##InplaceOp.enter(self ARGS);                                            \
+      return self;                                                                             \
+    }                                                                                          \
+    generic(NAME##InplaceOp, self ARGS);                                                       \
+    return self;                                                                               \
+  }
+
+#define NEURON_LERP_PARAMS , const at::Tensor& end, const at::Scalar& weight
+#define NEURON_LERP_ARGS , end, weight
+#define NEURON_POINTWISE_PARAMS , const at::Tensor& tensor1, const at::Tensor& tensor2, const at::Scalar& value
+#define NEURON_POINTWISE_ARGS , tensor1, tensor2, value
+
+NEURON_QUEUED_KERNELS(sqrt, "", Sqrt, NEURON_NOTHING, NEURON_NOTHING, nullptr, nullptr, 0.0)
+NEURON_QUEUED_KERNELS(lerp, ".Scalar", Lerp, NEURON_LERP_PARAMS, NEURON_LERP_ARGS, &end, nullptr, weight.toDouble())
+NEURON_QUEUED_KERNELS(addcmul, "", Addcmul, NEURON_POINTWISE_PARAMS, NEURON_POINTWISE_ARGS, &tensor1, &tensor2,
+                      value.toDouble())
+NEURON_QUEUED_KERNELS(addcdiv, "", Addcdiv, NEURON_POINTWISE_PARAMS, NEURON_POINTWISE_ARGS, &tensor1, &tensor2,
+                      value.toDouble())
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -103,6 +142,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   mulInplaceOp.registerKernel(m, mulInplace);
   divOp.registerKernel(m, divTensor);
   divInplaceOp.registerKernel(m, divInplace);
+  sqrtOp.registerKernel(m, sqrtQueued);
+  sqrtInplaceOp.registerKernel(m, sqrtInplaceQueued);
+  lerpOp.registerKernel(m, lerpQueued);
+  lerpInplaceOp.registerKernel(m, lerpInplaceQueued);
+  addcmulOp.registerKernel(m, addcmulQueued);
+  addcmulInplaceOp.registerKernel(m, addcmulInplaceQueued);
+  addcdivOp.registerKernel(m, addcdivQueued);
+  addcdivInplaceOp.registerKernel(m, addcdivInplaceQueued);
 }
 
 } // namespace torch_neuronx

@@ -1,8 +1,10 @@
 """Adaptive Eager Execution's queue (TORCH_NEURONX_ENABLE_CONCATENATION; csrc/Concatenation.h):
-float32 elementwise add/sub/mul/div queued and run as one launch when a value is needed. The
-reference is the same program on CPU tensors; the queued formulas are PyTorch's own, so results are
-compared bit for bit where PyTorch computes one IEEE operation per element (alpha 1, mul, div) and
-at float32 rounding (rtol 1.3e-6) where it fuses a multiply-add (alpha != 1)."""
+float32 elementwise add/sub/mul/div, sqrt, lerp, addcmul and addcdiv queued and run as one launch
+when a value is needed. The reference is the same program on CPU tensors; the queued formulas are
+PyTorch's own, so results are compared bit for bit where PyTorch computes one IEEE operation per
+element (alpha 1, mul, div) and at float32 rounding (assert_close's float32 rtol 1.3e-6, atol 1e-5)
+where PyTorch's CPU result depends on the instruction set (its fused multiply-adds on AVX2/AVX-512,
+its vectorized sqrt, which is not correctly rounded)."""
 
 from __future__ import annotations
 
@@ -240,3 +242,47 @@ def test_executed_ops_name_each_launch_by_its_ops_joined_with_a_bar(queueing):
     executed = torch_neuronx.get_executed_ops()
     assert executed["aten::mul.Tensor|aten::add.Tensor|aten::add_.Tensor"] == 3
     assert executed["aten::mul.Tensor"] == 3 and executed["aten::add_.Tensor"] == 3
+
+
+def test_sqrt_lerp_addcmul_addcdiv_match_cpu(queueing):
+    g = torch.Generator().manual_seed(5)
+    a, b, c = torch.randn(300, generator=g), torch.randn(300, generator=g), torch.rand(300, generator=g) + 0.5
+    na, nb, nc = a.to(DEV), b.to(DEV), c.to(DEV)
+    before = stats()
+    got = [torch.sqrt(nc), torch.lerp(na, nb, 0.2), torch.lerp(na, nb, 0.7), torch.addcmul(na, nb, nc, value=0.3),
+           torch.addcdiv(na, nb, nc, value=-0.3), nc.clone().sqrt_(), na.clone().lerp_(nb, 0.9),
+           na.clone().addcmul_(nb, nb, value=0.1), na.clone().addcdiv_(nb, nc, value=2)]
+    want = [torch.sqrt(c), torch.lerp(a, b, 0.2), torch.lerp(a, b, 0.7), torch.addcmul(a, b, c, value=0.3),
+            torch.addcdiv(a, b, c, value=-0.3), c.clone().sqrt_(), a.clone().lerp_(b, 0.9),
+            a.clone().addcmul_(b, b, value=0.1), a.clone().addcdiv_(b, c, value=2)]
+    assert queued_since(before) == 9
+    for x, y in zip(got, want):
+        torch.testing.assert_close(x.cpu(), y)
+    with pytest.raises(RuntimeError, match="refer to a single memory location"):
+        na[1:].addcmul_(na[:-1], nb[1:])
+    with pytest.raises(RuntimeError, match="refer to a single memory location"):
+        na[1:].lerp_(na[:-1], 0.5)
+
+
+@pytest.mark.parametrize("make", [
+    lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9, weight_decay=1e-2, foreach=False),
+    lambda p: torch.optim.AdamW(p, lr=1e-2, foreach=False),
+    lambda p: torch.optim.Adam(p, lr=1e-2, foreach=False),
+], ids=["sgd", "adamw", "adam"])
+def test_optimizer_steps_with_foreach_false_queue_and_match_cpu(queueing, make):
+    g = torch.Generator().manual_seed(9)
+    init = [torch.randn(32, generator=g) for _ in range(5)]
+    grads = [[torch.randn(32, generator=g) for _ in init] for _ in range(3)]
+    finals = []
+    before = stats()
+    for device in ("cpu", DEV):
+        params = [t.clone().to(device).requires_grad_() for t in init]
+        opt = make(params)
+        for step in grads:
+            for p, grad in zip(params, step):
+                p.grad = grad.to(device)
+            opt.step()
+        finals.append([p.detach().cpu() for p in params])
+    assert queued_since(before) >= 3 * 5 * 3
+    for got, want in zip(finals[1], finals[0]):
+        torch.testing.assert_close(got, want)

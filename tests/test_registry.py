@@ -189,8 +189,11 @@ def test_cpp_kernels_are_those_of_kernels_cpp():
 
 def test_fast_path_overloads_are_those_of_fastops_cpp():
     source = (ROOT / "csrc" / "FastOps.cpp").read_text()
-    ops_ = re.findall(r"^NEURON_BINARY_KERNELS\((\w+),", source, re.MULTILINE)
-    assert ops_ and {f"{op}{suffix}.Tensor" for op in ops_ for suffix in ("", "_")} == registry.FAST_PATH_OVERLOADS
+    binary = re.findall(r"^NEURON_BINARY_KERNELS\((\w+),", source, re.MULTILINE)
+    queued = re.findall(r'^NEURON_QUEUED_KERNELS\((\w+), "([^"]*)",', source, re.MULTILINE)
+    names = {f"{op}{suffix}.Tensor" for op in binary for suffix in ("", "_")}
+    names |= {f"{op}{suffix}{overload}" for op, overload in queued for suffix in ("", "_")}
+    assert binary and queued and names == registry.FAST_PATH_OVERLOADS
 
 
 def test_fast_path_overloads_are_served_by_fastops_not_the_alias_kernel():

@@ -193,6 +193,8 @@ DIRECT_KERNELS = CPP_KERNELS | PYTHON_KERNELS
 FAST_PATH_OVERLOADS = frozenset({
     "add.Tensor", "add_.Tensor", "sub.Tensor", "sub_.Tensor",
     "mul.Tensor", "mul_.Tensor", "div.Tensor", "div_.Tensor",
+    # served there so that concatenation can queue them (csrc/Concatenation.h)
+    "sqrt", "sqrt_", "lerp.Scalar", "lerp_.Scalar", "addcmul", "addcmul_", "addcdiv", "addcdiv_",
 })
 
 # FP8 compute: native (eager and lowered) on instance profiles with FP8 (Trainium3),

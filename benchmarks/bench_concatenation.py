@@ -4,6 +4,7 @@
     python benchmarks/bench_concatenation.py            # full run, prints the table
     python benchmarks/bench_concatenation.py --quick    # a few seconds, for smoke tests
     python benchmarks/bench_concatenation.py --json out.json
+    python benchmarks/bench_concatenation.py --write    # ... and rewrites its section of benchmarks/RESULTS.md
 
 Each case runs the same statement on CPU tensors and on `neuron` tensors with the queue off and on,
 interleaved: a round times one block of iterations on each of the three (the order rotates between
@@ -38,6 +39,7 @@ from torch_neuronx import _C
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_eager  # noqa: E402  (the training-step cases)
+from results_file import publish  # noqa: E402
 
 MODES = ("cpu", "off", "on")  # CPU eager; neuron without the queue; neuron with it
 
@@ -158,6 +160,32 @@ def run_case(case: Case, rounds: int, block_s: float) -> dict:
             "sequences": _C._concatenation_stats()[2]}
 
 
+def report(results: list, rounds: int) -> str:
+    """The markdown section: machine, command, the table."""
+    import datetime
+    import platform
+
+    def fmt(r):
+        return f"{r[0]:.2f} [{r[1]:.2f}-{r[2]:.2f}]"
+
+    lines = [
+        "## Adaptive Eager Execution: the queue on and off vs CPU eager (`benchmarks/bench_concatenation.py`)",
+        "",
+        f"- Command: `python benchmarks/bench_concatenation.py --write` ({datetime.date.today().isoformat()}, "
+        f"torch {torch.__version__}, {platform.machine()}, 1 thread, {rounds} interleaved rounds)",
+        "- Ratios: median [25th-75th percentile] of per-round time / CPU eager time; lower is faster. "
+        "`on / off`: the queue's own effect. Launches and queued ops are per iteration, queue on.",
+        "",
+        "| Case | CPU eager (us) | neuron, queue off | neuron, queue on | on / off | launches | queued ops |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(f"| {r['case'].label} | {r['cpu_us']:.1f} | {fmt(r['off'])} | {fmt(r['on'])} | "
+                     f"{fmt(r['on_off'])} | {r['launches']:.2f} | {r['ops']:.1f} |")
+    lines += ["", f"Distinct op sequences launched in the run: {_C._concatenation_stats()[2]}."]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="two rounds of short blocks (smoke test)")
@@ -165,31 +193,23 @@ def main(argv=None) -> int:
     parser.add_argument("--block", type=float, default=0.05, help="seconds of CPU work per block")
     parser.add_argument("--only", nargs="*", help="run only these case names")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--write", action="store_true", help="rewrite this benchmark's section of RESULTS.md")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     rounds, block = (2, 0.005) if args.quick else (args.rounds, args.block)
-    print(f"torch {torch.__version__}, 1 thread, {rounds} rounds; ratios: median [25th-75th percentile] "
-          f"of per-round time / CPU eager time (lower is faster)")
-    print(f"{'case':18} {'CPU us':>9} {'neuron off':>20} {'neuron on':>20} {'on / off':>20} "
-          f"{'launches':>9} {'queued':>7}")
     results = []
     for case in CASES:
         if args.only and case.name not in args.only:
             continue
-        res = run_case(case, rounds, block)
-        results.append(res)
+        results.append(run_case(case, rounds, block))
+        print(f"{case.name}: done", file=sys.stderr, flush=True)
 
-        def fmt(r):
-            return f"{r[0]:.2f} [{r[1]:.2f}-{r[2]:.2f}]"
-        print(f"{case.name:18} {res['cpu_us']:9.1f} {fmt(res['off']):>20} {fmt(res['on']):>20} "
-              f"{fmt(res['on_off']):>20} {res['launches']:9.2f} {res['ops']:7.1f}", flush=True)
-    print(f"distinct op sequences launched in this process: {_C._concatenation_stats()[2]}")
-    if args.json:
-        def ratio(r):
-            return {"median": r[0], "p25": r[1], "p75": r[2]}
-        Path(args.json).write_text(json.dumps([
-            {"name": r["case"].name, "cpu_us": r["cpu_us"], "off": ratio(r["off"]), "on": ratio(r["on"]),
-             "on_off": ratio(r["on_off"]), "launches": r["launches"], "ops": r["ops"]} for r in results], indent=1))
+    def ratio(r):
+        return {"median": r[0], "p25": r[1], "p75": r[2]}
+    payload = [{"name": r["case"].name, "cpu_us": r["cpu_us"], "off": ratio(r["off"]), "on": ratio(r["on"]),
+                "on_off": ratio(r["on_off"]), "launches": r["launches"], "ops": r["ops"]} for r in results]
+    publish("concatenation", report(results, rounds), write=args.write and not args.quick,
+            json_path=args.json, payload=payload)
     return 0
 
 

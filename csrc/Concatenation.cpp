@@ -153,6 +153,15 @@ std::optional<Entry> operands(QueuedOp op, const at::Tensor& self, const at::Ten
   return entry;
 }
 
+// The loops below are vectorized only at -O3 (GCC 12's -O2 does not vectorize
+// a loop that needs a run-time check that out and its inputs do not overlap,
+// and in-place calls do overlap), so they ask for it.
+#if defined(__GNUC__) && !defined(__clang__)
+#define NEURON_VECTORIZED __attribute__((optimize("O3")))
+#else
+#define NEURON_VECTORIZED
+#endif
+
 // PyTorch's float32 formulas: add/sub compute self + alpha * other as one
 // fused multiply-add (exactly self +/- other for alpha 1), mul, div and sqrt
 // one IEEE operation; lerp is PyTorch's vectorized form, one fused
@@ -160,7 +169,8 @@ std::optional<Entry> operands(QueuedOp op, const at::Tensor& self, const at::Ten
 // |weight| >= 0.5); addcmul / addcdiv are self + (value * t1) * t2 and
 // self + (value * t1) / t2, left to right.
 template <class Other>
-void compute(QueuedOp op, float* out, const float* a, Other b, const float* c, float alpha, int64_t n) {
+NEURON_VECTORIZED void compute(QueuedOp op, float* out, const float* a, Other b, const float* c, float alpha,
+                               int64_t n) {
   switch (op) {
     case QueuedOp::Sqrt:
       for (int64_t i = 0; i < n; ++i) out[i] = std::sqrt(a[i]);

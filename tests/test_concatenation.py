@@ -286,3 +286,14 @@ def test_optimizer_steps_with_foreach_false_queue_and_match_cpu(queueing, make):
     assert queued_since(before) >= 3 * 5 * 3
     for got, want in zip(finals[1], finals[0]):
         torch.testing.assert_close(got, want)
+
+
+def test_a_compiled_graph_sees_queued_writes_to_an_input_it_read_before(queueing):
+    """Compiled graphs keep the arrays they imported for a tensor's address: a queued in-place
+    update of that tensor (an optimizer step between two compiled calls) must run before the
+    next call reads it."""
+    w = torch.ones(64, device=DEV)
+    compiled = torch.compile(lambda t: t * 3, backend="neuron")
+    assert torch.equal(compiled(w).cpu(), torch.full((64,), 3.0))
+    w.add_(1)  # queued
+    assert torch.equal(compiled(w).cpu(), torch.full((64,), 6.0))

@@ -167,7 +167,13 @@ def jax_input(tensor: torch.Tensor, index: int):
             and tensor.is_contiguous():
         key = (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype)
         array = _IMPORTED.get(key)
-        if array is None:
+        if array is not None:
+            # The cached array reads the bytes without a host alias: run the ops queued on the
+            # device first (Adaptive Eager Execution; host_input's alias does that on a miss).
+            from torch_neuronx import _C
+
+            _C._run_queued()
+        else:
             if len(_IMPORTED) >= _IMPORTED_MAX:
                 _IMPORTED.clear()
             array = _IMPORTED[key] = as_jax(host_input(tensor, index))

@@ -308,7 +308,8 @@ launch_blocking = _declare(
     doc=('AWS: "When `1`, forces synchronous execution. Useful for debugging." The emulator is '
          "always synchronous: every op has finished, and any error it raises has been raised by "
          "the call that launched it (not by a later `torch.neuron.synchronize()`), whatever the "
-         "value, so `0` and `1` run the same. Not emulated: the asynchronous execution of `0` on "
+         "value; `1` also keeps Adaptive Eager Execution's queue off "
+         "(`TORCH_NEURONX_ENABLE_CONCATENATION`), so that every op runs at its call. Not emulated: the asynchronous execution of `0` on "
          "Trainium, where a device error can surface at a later call. Any other value (other than "
          "the `true` / `false` spellings of every on/off variable) makes the import fail, naming "
          "the variable."))

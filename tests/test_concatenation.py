@@ -8,6 +8,7 @@ its vectorized sqrt, which is not correctly rounded)."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
@@ -22,11 +23,22 @@ from torch_neuronx import _C
 DEV = "neuron"
 
 
+@contextlib.contextmanager
+def concatenation(on: bool):
+    """The queue on or off inside; as it was after (the suite may run with
+    TORCH_NEURONX_ENABLE_CONCATENATION=1, and the tests after these must keep that)."""
+    was = _C._concatenation_enabled()
+    torch_neuronx.ops.set_concatenation(on)
+    try:
+        yield
+    finally:
+        torch_neuronx.ops.set_concatenation(was)
+
+
 @pytest.fixture
 def queueing():
-    torch_neuronx.ops.set_concatenation(True)
-    yield
-    torch_neuronx.ops.set_concatenation(False)
+    with concatenation(True):
+        yield
 
 
 def stats():
@@ -145,10 +157,10 @@ def test_autograd_through_queued_ops_matches_cpu(queueing):
 def test_not_queued_when_deterministic_profiling_or_off():
     x = torch.randn(16, device=DEV)
     before = stats()
-    x * 2  # off (the default)
+    with concatenation(False):
+        x * 2
     assert queued_since(before) == 0
-    torch_neuronx.ops.set_concatenation(True)
-    try:
+    with concatenation(True):
         torch.use_deterministic_algorithms(True)
         try:
             y = x * 2
@@ -159,21 +171,21 @@ def test_not_queued_when_deterministic_profiling_or_off():
         assert queued_since(before) == 0
         assert any(e.name == "aten::add" for e in prof.events())
         assert torch.equal(y.cpu(), x.cpu() * 2) and torch.equal(z.cpu(), x.cpu() + 1)
-    finally:
-        torch_neuronx.ops.set_concatenation(False)
 
 
 def test_launch_blocking_keeps_it_off(monkeypatch):
+    was = _C._concatenation_enabled()
     monkeypatch.setenv("NEURON_LAUNCH_BLOCKING", "1")
     torch_neuronx.ops.set_concatenation(True)
     try:
         assert not _C._concatenation_enabled()
     finally:
         monkeypatch.delenv("NEURON_LAUNCH_BLOCKING")
-        torch_neuronx.ops.set_concatenation(False)
+        torch_neuronx.ops.set_concatenation(was)
 
 
 def test_buffer_size_limit_runs_a_full_queue(monkeypatch):
+    was = _C._concatenation_enabled()
     monkeypatch.setenv("TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT", "5")
     torch_neuronx.ops.set_concatenation(True)
     try:
@@ -185,7 +197,8 @@ def test_buffer_size_limit_runs_a_full_queue(monkeypatch):
         assert torch.equal(x.cpu(), torch.full((4,), 13.0))
         assert stats()[0] - before[0] == 3
     finally:
-        torch_neuronx.ops.set_concatenation(False)
+        monkeypatch.delenv("TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT")
+        torch_neuronx.ops.set_concatenation(was)  # and the limit back to its default
 
 
 def test_synchronize_and_events_run_the_queue(queueing):

@@ -30,7 +30,7 @@ namespace {
 // weight and addcmul/addcdiv's value are `alpha` too, their third tensor `c`.
 struct Entry {
   QueuedOp op;
-  bool inplace;
+  const DirectOp* source;  // the op called, for its name
   at::Tensor out;
   at::Tensor a;
   at::Tensor b;  // undefined: `scalar` is the second operand (or the op has one)
@@ -58,34 +58,21 @@ struct Queue {
   std::unordered_map<std::string, std::atomic<int64_t>*> launched;
 };
 
-// The op's schema name, as get_executed_ops() names a call of it.
-const char* schemaName(QueuedOp op, bool inplace) {
-  static const char* names[8][2] = {{"aten::add.Tensor", "aten::add_.Tensor"},
-                                    {"aten::sub.Tensor", "aten::sub_.Tensor"},
-                                    {"aten::mul.Tensor", "aten::mul_.Tensor"},
-                                    {"aten::div.Tensor", "aten::div_.Tensor"},
-                                    {"aten::sqrt", "aten::sqrt_"},
-                                    {"aten::lerp.Scalar", "aten::lerp_.Scalar"},
-                                    {"aten::addcmul", "aten::addcmul_"},
-                                    {"aten::addcdiv", "aten::addcdiv_"}};
-  return names[static_cast<int>(op)][inplace ? 1 : 0];
-}
-
 // Counts one launch of the queued sequence in get_executed_ops(), under its
 // ops' names joined by "|", as TorchNeuron names a concatenated operation
 // ("mul|pow|aten::mm"); each op was counted under its own name when called.
 void countLaunch(Queue& q) {
-  std::string codes;
-  codes.reserve(q.entries.size());
+  std::string key;  // the ops' addresses, in order
+  key.reserve(q.entries.size() * sizeof(const DirectOp*));
   for (const Entry& e : q.entries) {
-    codes.push_back(static_cast<char>(static_cast<int>(e.op) * 2 + (e.inplace ? 1 : 0)));
+    key.append(reinterpret_cast<const char*>(&e.source), sizeof(e.source));
   }
-  auto& counter = q.launched[codes];
+  auto& counter = q.launched[key];
   if (counter == nullptr) {
     std::string name;
     for (const Entry& e : q.entries) {
       name += name.empty() ? "" : "|";
-      name += schemaName(e.op, e.inplace);
+      name += c10::toString(e.source->handle().operator_name());
     }
     counter = executedCounter(name);
   }
@@ -121,21 +108,23 @@ bool plainFloat(const at::Tensor& t) {
   return t.scalar_type() == at::kFloat && t.is_contiguous() && !t.is_neg() && !t.is_conj();
 }
 
-// Whether a call may be queued at all right now.
-bool queueing() {
+// Whether a call with this `self` may be queued at all right now: a float32
+// neuron tensor of 1 to kMaxElements elements.
+bool queueable(const at::Tensor& self) {
   return gEnabled.load(std::memory_order_relaxed) && activeHooks() == 0 &&
-         !at::globalContext().deterministicAlgorithms();
+         !at::globalContext().deterministicAlgorithms() && self.device().type() == kNeuron && plainFloat(self) &&
+         self.numel() > 0 && self.numel() <= kMaxElements;
 }
 
 // The entry for `self <op> other`, without its output; nullopt when the call
 // does not qualify: a float32 neuron tensor and either another of its shape on
 // its core or a CPU scalar (both contiguous, no conj/neg bits).
-std::optional<Entry> operands(QueuedOp op, const at::Tensor& self, const at::Tensor& other, double alpha) {
-  if (!queueing() || self.device().type() != kNeuron || !plainFloat(self) || self.numel() == 0 ||
-      self.numel() > kMaxElements) {
+std::optional<Entry> operands(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor& other,
+                              double alpha) {
+  if (!queueable(self)) {
     return std::nullopt;
   }
-  Entry entry{op, false, at::Tensor(), self, at::Tensor(), 0.0f, static_cast<float>(alpha), at::Tensor()};
+  Entry entry{op, &source, at::Tensor(), self, at::Tensor(), 0.0f, static_cast<float>(alpha), at::Tensor()};
   if (other.device() == self.device()) {
     if (!plainFloat(other) || !other.sizes().equals(self.sizes())) {
       return std::nullopt;
@@ -253,10 +242,9 @@ void push(Entry entry) {
 
 // The entry for an op whose operands are all tensors (sqrt, lerp, addcmul,
 // addcdiv): float32 neuron tensors of self's shape on its core.
-std::optional<Entry> tensorOperands(QueuedOp op, const at::Tensor& self, const at::Tensor* b, const at::Tensor* c,
-                                    double value) {
-  if (!queueing() || self.device().type() != kNeuron || !plainFloat(self) || self.numel() == 0 ||
-      self.numel() > kMaxElements) {
+std::optional<Entry> tensorOperands(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor* b,
+                                    const at::Tensor* c, double value) {
+  if (!queueable(self)) {
     return std::nullopt;
   }
   for (const at::Tensor* t : {b, c}) {
@@ -264,7 +252,7 @@ std::optional<Entry> tensorOperands(QueuedOp op, const at::Tensor& self, const a
       return std::nullopt;
     }
   }
-  return Entry{op,  false, at::Tensor(), self, b ? *b : at::Tensor(), 0.0f, static_cast<float>(value),
+  return Entry{op, &source, at::Tensor(), self, b ? *b : at::Tensor(), 0.0f, static_cast<float>(value),
                c ? *c : at::Tensor()};
 }
 
@@ -295,7 +283,6 @@ bool queueInPlace(Entry entry) {
     }
   }
   entry.out = entry.a;
-  entry.inplace = true;
   push(std::move(entry));
   return true;
 }
@@ -324,24 +311,27 @@ bool concatenationEnabled() {
   return gEnabled.load(std::memory_order_relaxed);
 }
 
-at::Tensor queueBinary(QueuedOp op, const at::Tensor& self, const at::Tensor& other, double alpha) {
-  auto entry = operands(op, self, other, alpha);
+at::Tensor queueBinary(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor& other,
+                       double alpha) {
+  auto entry = operands(op, source, self, other, alpha);
   return entry ? queueOutOfPlace(std::move(*entry)) : at::Tensor();
 }
 
-bool queueBinaryInplace(QueuedOp op, const at::Tensor& self, const at::Tensor& other, double alpha) {
-  auto entry = operands(op, self, other, alpha);
+bool queueBinaryInplace(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor& other,
+                        double alpha) {
+  auto entry = operands(op, source, self, other, alpha);
   return entry && queueInPlace(std::move(*entry));
 }
 
-at::Tensor queueTensors(QueuedOp op, const at::Tensor& self, const at::Tensor* b, const at::Tensor* c, double value) {
-  auto entry = tensorOperands(op, self, b, c, value);
+at::Tensor queueTensors(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor* b,
+                        const at::Tensor* c, double value) {
+  auto entry = tensorOperands(op, source, self, b, c, value);
   return entry ? queueOutOfPlace(std::move(*entry)) : at::Tensor();
 }
 
-bool queueTensorsInplace(QueuedOp op, const at::Tensor& self, const at::Tensor* b, const at::Tensor* c,
-                         double value) {
-  auto entry = tensorOperands(op, self, b, c, value);
+bool queueTensorsInplace(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor* b,
+                         const at::Tensor* c, double value) {
+  auto entry = tensorOperands(op, source, self, b, c, value);
   return entry && queueInPlace(std::move(*entry));
 }
 

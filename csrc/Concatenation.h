@@ -23,6 +23,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "Eager.h"
+
 #include <atomic>
 #include <cstdint>
 
@@ -35,16 +37,20 @@ enum class QueuedOp : uint8_t { Add, Sub, Mul, Div, Sqrt, Lerp, Addcmul, Addcdiv
 void setConcatenation(bool enabled, bool launch_blocking, int64_t buffer_limit);
 bool concatenationEnabled();
 
+// `source` is the call's op (its name is the launch's name in get_executed_ops()).
 // `self <op> other` (times alpha for add/sub) queued: its result, or an
 // undefined tensor when the call does not qualify (the caller runs it now).
-at::Tensor queueBinary(QueuedOp op, const at::Tensor& self, const at::Tensor& other, double alpha);
+at::Tensor queueBinary(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor& other,
+                       double alpha);
 // `self <op>= other` queued: false when the call does not qualify.
-bool queueBinaryInplace(QueuedOp op, const at::Tensor& self, const at::Tensor& other, double alpha);
+bool queueBinaryInplace(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor& other,
+                        double alpha);
 // sqrt(self), lerp(self, b, value), addcmul / addcdiv(self, b, c, value=value) queued, every
 // tensor a float32 neuron tensor of self's shape (b, c: nullptr where the op has none).
-at::Tensor queueTensors(QueuedOp op, const at::Tensor& self, const at::Tensor* b, const at::Tensor* c, double value);
-bool queueTensorsInplace(QueuedOp op, const at::Tensor& self, const at::Tensor* b, const at::Tensor* c,
-                         double value);
+at::Tensor queueTensors(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor* b,
+                        const at::Tensor* c, double value);
+bool queueTensorsInplace(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor* b,
+                         const at::Tensor* c, double value);
 
 namespace detail {
 extern std::atomic<bool> gQueued;  // some op is queued

@@ -226,6 +226,16 @@ at::Tensor deviceTensorLike(c10::Storage storage, const at::Tensor& like) {
   return tensorLike(std::move(storage), c10::DispatchKey::PrivateUse1, like);
 }
 
+bool sameStorage(const at::Tensor& a, const at::Tensor& b) {
+  return a.storage().unsafeGetStorageImpl() == b.storage().unsafeGetStorageImpl();
+}
+
+// `tensor`'s host alias over the storage of `alias`, the host alias of a
+// tensor that shares tensor's device storage.
+at::Tensor aliasOver(const at::Tensor& alias, const at::Tensor& tensor) {
+  return tensorLike(alias.storage(), c10::DispatchKey::CPU, tensor);
+}
+
 // CUDA's sentence, then TorchNeuron's ("... is on cpu device, expected
 // neuron") for a tensor that is not on the device, then what to do.
 [[noreturn]] void throwDeviceMismatch(
@@ -343,10 +353,9 @@ struct HostArguments {
   // one alias storage, so the kernel sees their overlap as on CPU tensors
   // (PyTorch refuses an output that partly overlaps an input).
   at::Tensor aliasFor(const at::Tensor& tensor) {
-    const c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
     for (const auto& aliased : aliases) {
-      if (aliased.original.storage().unsafeGetStorageImpl() == storage) {
-        return tensorLike(aliased.alias_tensor.storage(), c10::DispatchKey::CPU, tensor);
+      if (sameStorage(tensor, aliased.original)) {
+        return aliasOver(aliased.alias_tensor, tensor);
       }
     }
     return hostAlias(tensor);
@@ -726,6 +735,11 @@ at::Tensor hostAlias(const at::Tensor& tensor) {
 
 at::Tensor hostOperand(const at::Tensor& tensor) {
   return tensor.device().type() == kNeuron ? hostAlias(tensor) : tensor;
+}
+
+at::Tensor hostOperandWith(const at::Tensor& tensor, const at::Tensor& aliased, const at::Tensor& alias) {
+  return tensor.device().type() == kNeuron && sameStorage(tensor, aliased) ? aliasOver(alias, tensor)
+                                                                             : hostOperand(tensor);
 }
 
 at::Tensor owningHostAlias(const at::Tensor& tensor) {

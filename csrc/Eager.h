@@ -58,6 +58,12 @@ at::Tensor hostAlias(const at::Tensor& tensor);
 // The host alias of a neuron tensor, a CPU tensor itself.
 at::Tensor hostOperand(const at::Tensor& tensor);
 
+// hostOperand(tensor) for a kernel that is also given `alias`, the host alias
+// of `aliased`: over alias's storage when `tensor` shares aliased's device
+// storage, so the CPU kernel sees how the two overlap as it would on CPU
+// tensors (PyTorch refuses an output that partly overlaps an input).
+at::Tensor hostOperandWith(const at::Tensor& tensor, const at::Tensor& aliased, const at::Tensor& alias);
+
 // A host alias keeping the neuron tensor's storage alive.
 at::Tensor owningHostAlias(const at::Tensor& tensor);
 

@@ -13,7 +13,6 @@
 #include "Runtime.h"
 
 #include <ATen/ATen.h>
-#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/add_cpu_dispatch.h>
 #include <ATen/ops/div_cpu_dispatch.h>
 #include <ATen/ops/mul_cpu_dispatch.h>
@@ -59,7 +58,7 @@ at::Tensor generic(const DirectOp& op, Args&&... args) {
     }                                                                                        \
     auto call = NAME##Op.enter(self, other ARGS);                                            \
     if (concatenationEnabled()) {                                                            \
-      at::Tensor queued = queueBinary(QueuedOp::OP, self, other, ALPHA);                     \
+      at::Tensor queued = queueBinary(QueuedOp::OP, NAME##Op, self, other, ALPHA);           \
       if (queued.defined()) {                                                                \
         return queued;                                                                       \
       }                                                                                      \
@@ -73,12 +72,12 @@ at::Tensor generic(const DirectOp& op, Args&&... args) {
       return self;                                                                           \
     }                                                                                        \
     auto call = NAME##InplaceOp.enter(self, other ARGS);                                     \
-    at::assert_no_partial_overlap(self, other); /* the host aliases would hide it */         \
-    if (concatenationEnabled() && queueBinaryInplace(QueuedOp::OP, self, other, ALPHA)) {    \
+    if (concatenationEnabled() &&                                                            \
+        queueBinaryInplace(QueuedOp::OP, NAME##InplaceOp, self, other, ALPHA)) {             \
       return self;                                                                           \
     }                                                                                        \
     at::Tensor alias = hostAlias(self);                                                      \
-    at::cpu::NAME##_(alias, hostOperand(other) ARGS);                                        \
+    at::cpu::NAME##_(alias, hostOperandWith(other, self, alias) ARGS);                       \
     return self;                                                                             \
   }
 
@@ -102,7 +101,7 @@ NEURON_BINARY_KERNELS(div, Div, NEURON_NOTHING, NEURON_NOTHING, 1.0)
   DirectOp NAME##InplaceOp(#NAME "_" OVERLOAD);                                                \
   at::Tensor NAME##Queued(const at::Tensor& self PARAMS) {                                     \
     if (concatenationEnabled()) {                                                              \
-      at::Tensor queued = queueTensors(QueuedOp::OP, self, B, C, VALUE);                       \
+      at::Tensor queued = queueTensors(QueuedOp::OP, NAME##Op, self, B, C, VALUE);             \
       if (queued.defined()) {                                                                  \
         auto call = NAME##Op.enter(self ARGS);                                                 \
         return queued;                                                                         \
@@ -111,7 +110,8 @@ NEURON_BINARY_KERNELS(div, Div, NEURON_NOTHING, NEURON_NOTHING, 1.0)
     return generic(NAME##Op, self ARGS);                                                       \
   }                                                                                            \
   at::Tensor& NAME##InplaceQueued(at::Tensor& self PARAMS) {                                   \
-    if (concatenationEnabled() && queueTensorsInplace(QueuedOp::OP, self, B, C, VALUE)) {      \
+    if (concatenationEnabled() &&                                                              \
+        queueTensorsInplace(QueuedOp::OP, NAME##InplaceOp, self, B, C, VALUE)) {               \
       auto call = NAME##InplaceOp.enter(self ARGS);                                            \
       return self;                                                                             \
     }                                                                                          \

@@ -1,6 +1,7 @@
 #include "Guard.h"
 #include "Allocator.h"
 #include "Concatenation.h"
+#include "Recorder.h"
 #include "Runtime.h"
 
 #include <c10/util/Exception.h>
@@ -117,12 +118,15 @@ bool NeuronGuardImpl::queryStream(const c10::Stream& /*stream*/) const {
 }
 
 // Synchronizing runs the ops concatenation has queued (Concatenation.h).
+// Both end a fused sequence for the audit's model of fusion (Recorder.h).
 void NeuronGuardImpl::synchronizeStream(const c10::Stream& /*stream*/) const {
   runQueued();
+  fusionCut(kCutBySynchronize);
 }
 
 void NeuronGuardImpl::synchronizeDevice(c10::DeviceIndex /*device*/) const {
   runQueued();
+  fusionCut(kCutBySynchronize);
 }
 
 void NeuronGuardImpl::recordDataPtrOnStream(
@@ -144,6 +148,7 @@ void NeuronGuardImpl::record(
     *event = e;
   }
   runQueued();  // the event marks the end of the work queued before it
+  fusionCut(kCutBySynchronize);
   e->time = Clock::now();
 }
 

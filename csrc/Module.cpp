@@ -305,7 +305,7 @@ class PythonKernelCall {
   std::unique_ptr<tn::RecordedCall> call_;
 };
 
-// on_signature(id, op, path, args, allocated) -> bool; on_call(id). A Python
+// on_signature(id, op, path, args, allocated) -> flags (Recorder.h); on_call(id). A Python
 // error in either is reported as unraisable and ignored: the audit must not
 // break the program it watches.
 void startAudit(py::function on_signature, py::function on_call) {
@@ -320,10 +320,10 @@ void startAudit(py::function on_signature, py::function on_call) {
             args.append(toPython(arg));
           }
           return (*signature)(info.id, info.op, pathName(info.path), args, info.allocated)
-              .cast<bool>();
+              .cast<uint8_t>();
         } catch (py::error_already_set& error) {
           error.discard_as_unraisable("torch_neuronx audit: on_signature");
-          return false;
+          return uint8_t{0};
         }
       },
       [call](int64_t id) {
@@ -415,6 +415,18 @@ PYBIND11_MODULE(_C, m) {
   m.def("_audit_mark_step", &tn::markStepTotals,
         "Keeps every signature's totals as they are now (the end of a step).");
   m.def("_audit_calls", &tn::recordedCalls);
+  // The audit's model of fusion (Recorder.h, torch_neuronx/audit/fusion.py).
+  m.def("_audit_fusion_cut", &tn::fusionCut, py::arg("reason"),
+        "Ends the open fused sequence: a cut that is not an op call (FusionCut codes).");
+  m.def("_audit_fusion_limit", &tn::setFusionLimit, py::arg("limit"));
+  m.def("_audit_take_fused_sequences", []() {
+    std::vector<std::tuple<int64_t, std::vector<int64_t>, int64_t, std::vector<std::pair<int64_t, int64_t>>>> rows;
+    for (auto& tally : tn::takeFusedSequences()) {
+      rows.emplace_back(tally.id, std::move(tally.ops), tally.launches, std::move(tally.ended_by));
+    }
+    return rows;
+  }, "Closes the open sequence; (id, signature ids, launches, [(ended by, count)]) of every sequence "
+     "launched since the last take.");
   py::class_<PythonKernelCall>(m, "_AuditKernelCall",
                                "with _AuditKernelCall('aten::op', 'overload', args): the recorded call "
                                "of a Python kernel (ops/__init__.py _tracked): the audit's signature and the profiler's device event")

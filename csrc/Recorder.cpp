@@ -6,7 +6,9 @@
 
 #include <c10/core/DeviceGuard.h>
 
+#include <algorithm>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -22,6 +24,7 @@ struct SignatureEntry {
   std::atomic<int64_t> calls{0};
   std::atomic<int64_t> host_ns{0};
   std::atomic<bool> watched{false};  // every call is reported (set after the first call)
+  std::atomic<FusionRole> role{FusionRole::Boundary};  // set after the first call
   // The totals when the audit last marked the end of a step: what the steps
   // did, without the work after the last one (evaluation, saving).
   int64_t calls_at_mark = 0;
@@ -37,13 +40,86 @@ struct Table {
   // Entries of earlier recordings: kept alive, a call that began then may still hold one.
   std::vector<std::unique_ptr<SignatureEntry>> retired;
   std::atomic<int64_t> calls{0};
-  std::function<bool(const SignatureInfo&)> on_signature;
+  std::function<uint8_t(const SignatureInfo&)> on_signature;
   std::function<void(int64_t)> on_call;
 };
 
 Table& table() {
   static auto* t = new Table();  // leaked: calls may arrive during static destruction
   return *t;
+}
+
+// The audit's model of fusion (Recorder.h): the open sequence and, per
+// distinct sequence, its launches and what ended them since the last take.
+struct FusionModel {
+  std::mutex mutex;
+  int64_t limit = 1024;
+  std::vector<int64_t> open;
+  std::map<std::vector<int64_t>, int64_t> ids;
+  std::vector<FusedSequenceTally> tallies;  // by id
+  std::vector<int64_t> touched;             // ids launched since the last take
+
+  void close(int64_t ended_by) {
+    if (open.empty()) {
+      return;
+    }
+    auto found = ids.find(open);
+    if (found == ids.end()) {
+      const auto id = static_cast<int64_t>(tallies.size());
+      tallies.push_back({id, open, 0, {}});
+      found = ids.emplace(open, id).first;
+    }
+    auto& tally = tallies[found->second];
+    if (tally.launches == 0) {
+      touched.push_back(tally.id);
+    }
+    ++tally.launches;
+    auto cut = std::find_if(tally.ended_by.begin(), tally.ended_by.end(),
+                            [&](const auto& item) { return item.first == ended_by; });
+    if (cut == tally.ended_by.end()) {
+      tally.ended_by.emplace_back(ended_by, 1);
+    } else {
+      ++cut->second;
+    }
+    open.clear();
+  }
+
+  void observe(const SignatureEntry& entry) {
+    std::lock_guard<std::mutex> lock(mutex);
+    switch (entry.role.load(std::memory_order_relaxed)) {
+      case FusionRole::Transparent:
+        return;
+      case FusionRole::Boundary:
+        close(entry.id);  // the boundary itself runs alone
+        return;
+      case FusionRole::Fusible:
+        if (static_cast<int64_t>(open.size()) >= limit) {
+          close(kCutByLimit);
+        }
+        open.push_back(entry.id);
+        return;
+      case FusionRole::EndsSequence:
+        if (static_cast<int64_t>(open.size()) >= limit) {
+          close(kCutByLimit);
+        }
+        open.push_back(entry.id);
+        close(kEndedByItsMatmul);
+        return;
+    }
+  }
+
+  void reset() {
+    std::lock_guard<std::mutex> lock(mutex);
+    open.clear();
+    ids.clear();
+    tallies.clear();
+    touched.clear();
+  }
+};
+
+FusionModel& fusion() {
+  static auto* model = new FusionModel();  // leaked, as the table
+  return *model;
 }
 
 thread_local bool t_in_callback = false;
@@ -244,7 +320,9 @@ RecordedCall::~RecordedCall() {
   try {
     if (info_) {
       info_->allocated = neuronAllocator().allocatedBytes(device_) - allocated_before_;
-      entry_->watched = t.on_signature(*info_);
+      const uint8_t flags = t.on_signature(*info_);
+      entry_->role = static_cast<FusionRole>((flags >> 1) & 3);
+      entry_->watched = (flags & 1) != 0;
     } else if (entry_->watched) {
       t.on_call(entry_->id);
     }
@@ -253,6 +331,7 @@ RecordedCall::~RecordedCall() {
     // its record, nothing else. (The Python side reports its own errors.)
   }
   t_in_callback = false;
+  fusion().observe(*entry_);
 }
 
 // -------------------------------------------------- device events (profiler)
@@ -287,7 +366,7 @@ void RecordedCall::endProfiled() {
   profiler::record(std::move(event));
 }
 
-void startRecording(std::function<bool(const SignatureInfo&)> onSignature,
+void startRecording(std::function<uint8_t(const SignatureInfo&)> onSignature,
                     std::function<void(int64_t)> onCall) {
   auto& t = table();
   {
@@ -302,6 +381,7 @@ void startRecording(std::function<bool(const SignatureInfo&)> onSignature,
     t.on_signature = std::move(onSignature);
     t.on_call = std::move(onCall);
   }
+  fusion().reset();
   detail::g_device_hooks.fetch_or(detail::kAuditHook);
 }
 
@@ -338,6 +418,37 @@ void markStepTotals() {
 
 int64_t recordedCalls() {
   return table().calls.load();
+}
+
+void fusionCut(int64_t reason) {
+  if (!recording()) {
+    return;
+  }
+  auto& model = fusion();
+  std::lock_guard<std::mutex> lock(model.mutex);
+  model.close(reason);
+}
+
+void setFusionLimit(int64_t limit) {
+  auto& model = fusion();
+  std::lock_guard<std::mutex> lock(model.mutex);
+  model.limit = std::max<int64_t>(1, limit);
+}
+
+std::vector<FusedSequenceTally> takeFusedSequences() {
+  auto& model = fusion();
+  std::lock_guard<std::mutex> lock(model.mutex);
+  model.close(kCutByStepEnd);
+  std::vector<FusedSequenceTally> taken;
+  taken.reserve(model.touched.size());
+  for (const int64_t id : model.touched) {
+    auto& tally = model.tallies[id];
+    taken.push_back(tally);
+    tally.launches = 0;
+    tally.ended_by.clear();
+  }
+  model.touched.clear();
+  return taken;
 }
 
 } // namespace torch_neuronx

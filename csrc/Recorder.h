@@ -66,10 +66,11 @@ struct SignatureInfo {
 };
 
 // Switches recording on, with an empty table of signatures, and two callbacks: `onSignature` for each new
-// signature (returns true to have every later call of it reported) and
-// `onCall(id)` for each later call of a signature it asked for. Both run on the
-// calling thread; calls made from inside them are not recorded.
-void startRecording(std::function<bool(const SignatureInfo&)> onSignature,
+// signature (returns its flags: bit 0 to have every later call of it reported,
+// bits 1-2 its FusionRole) and `onCall(id)` for each later call of a signature it
+// asked for. Both run on the calling thread; calls made from inside them are not
+// recorded.
+void startRecording(std::function<uint8_t(const SignatureInfo&)> onSignature,
                     std::function<void(int64_t)> onCall);
 void stopRecording();
 
@@ -89,6 +90,43 @@ bool setIgnoringCalls(bool ignoring);
 // recordedSignatures(true). Signatures first seen after the mark read 0.
 void markStepTotals();
 int64_t recordedCalls();
+
+// ------------------------------------------- the audit's model of fusion
+// How TorchNeuron's Adaptive Eager Execution ("concatenation") would group the
+// recorded calls into launches, as AWS's source groups them: a run of lowered
+// ops that are not in place is one launch, ended by a matmul-class op (which
+// it includes) or by a boundary (which runs alone and cuts it). The audit
+// decides each signature's role at its first call (torch_neuronx/audit/
+// fusion.py); the C++ side keeps the open sequence and counts, per distinct
+// sequence, its launches and what ended it. Only while recording.
+enum class FusionRole : uint8_t { Boundary = 0, Fusible = 1, EndsSequence = 2, Transparent = 3 };
+
+// What ended a sequence when it was not an op call (an op that cuts is named
+// by its signature id, >= 0).
+enum FusionCut : int64_t {
+  kEndedByItsMatmul = -1,  // its last op is a matmul-class op: a natural end, no cut
+  kCutByLimit = -2,        // TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT ops
+  kCutBySynchronize = -3,  // synchronize, stream synchronize, event record
+  kCutByGraph = -4,        // a compiled graph ran
+  kCutByNki = -5,          // an NKI kernel launched
+  kCutByCollective = -6,   // a collective ran
+  kCutByStepEnd = -7,      // the audit closed it at a step's (or phase's) end
+};
+
+// A cut that is not an op call (the compiled graph, NKI and collective paths
+// report theirs through torch_neuronx/observe.py).
+void fusionCut(int64_t reason);
+void setFusionLimit(int64_t limit);
+
+struct FusedSequenceTally {
+  int64_t id;
+  std::vector<int64_t> ops;                          // signature ids, in order
+  int64_t launches;                                  // since the last take
+  std::vector<std::pair<int64_t, int64_t>> ended_by; // (cut, count) since the last take
+};
+// Closes the open sequence (kCutByStepEnd) and returns the sequences launched
+// since the last take, with their counts; the counts start again from zero.
+std::vector<FusedSequenceTally> takeFusedSequences();
 
 // One recorded call. Constructed before the kernel runs (the arguments are
 // read then: kernels consume the stack), finished when it returns: counted for

@@ -477,7 +477,8 @@ def _base_assumptions(profile: InstanceProfile, rates: CoreRates, mode: str) -> 
     ]
 
 
-def estimate_step(signatures, graphs, collectives, profile, mode: str = "eager") -> dict:
+def estimate_step(signatures, graphs, collectives, profile, mode: str = "eager",
+                  fused_launches: float | None = None) -> dict:
     """Step-time range of the recorded per-step work on one target instance profile.
 
     ``by_class`` maps matmul, vector, data, fallback, launch, graphs, collectives to [low, high]
@@ -485,7 +486,9 @@ def estimate_step(signatures, graphs, collectives, profile, mode: str = "eager")
     op calls (mode "eager" only) and of compiled-graph runs (any mode). A graph may carry an
     optional "dtype" (its matmul dtype); without it the range spans the BF16 and FP32 rates.
     ``not_runnable`` lists the recorded ops the instance cannot run (FP8 compute off Trainium3);
-    they are costed at the BF16 rate, as if rewritten.
+    they are costed at the BF16 rate, as if rewritten. ``fused_launches`` (eager mode): the
+    launches per step after Adaptive Eager Execution's fusion (audit/fusion.py), which then
+    replace one launch per op call.
     Raises ValueError for an unknown mode or instance, or a platform without published rates (trn1).
     """
     if mode not in MODES:
@@ -512,8 +515,14 @@ def estimate_step(signatures, graphs, collectives, profile, mode: str = "eager")
             continue
         cls, seconds = _device_op(sig, work, rates, profile, notes)
         add(cls, seconds, calls)
-        if mode == "eager":
+        if mode == "eager" and fused_launches is None:
             add("launch", [LOW.launch_s, HIGH.launch_s], calls)
+    if mode == "eager" and fused_launches is not None:
+        add("launch", [LOW.launch_s, HIGH.launch_s], fused_launches)
+        notes.add(f"Eager launches: {fused_launches:.4g} per step, as Adaptive Eager Execution "
+                  "(TORCH_NEURONX_ENABLE_CONCATENATION=1, on in this run) would fuse the op calls "
+                  "(the audit's model of it: the report's fusion section); the ops' compute is costed "
+                  "one by one as without fusion.")
     if no_flops:
         notes.add(f"{no_flops} op signature(s) could not run on meta tensors (no meta kernel or an "
                   "argument that cannot be rebuilt): their FLOPs count as 0 and their bytes as the "

@@ -74,7 +74,7 @@ def _require(name: str):
 _EMPTY = {
     "command": [], "status": "unknown", "exit_code": None, "exception": None, "wall_s": None,
     "emulated_instance": "?", "steps": {}, "ranks": [], "ops": [], "fallbacks": [],
-    "eager_compilations": {}, "torch_compile": {}, "memory": {}, "hazards": [], "collectives": [],
+    "eager_compilations": {}, "fusion": {}, "torch_compile": {}, "memory": {}, "hazards": [], "collectives": [],
     "estimates": [], "cost": {}, "verdict": {}, "tool": {},
 }
 

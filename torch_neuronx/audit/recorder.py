@@ -52,6 +52,7 @@ from collections import Counter, defaultdict
 import torch
 
 from torch_neuronx import observe
+from torch_neuronx.audit import fusion
 from torch_neuronx.ops import registry
 
 RECORD_VERSION = 2
@@ -259,6 +260,9 @@ class Recording:
         self.unlowered_ops: Counter = Counter()  # (op, source, graph kind) -> graphs
         self.nki: dict = {}  # (kernel, grid, instructions) -> launches by _where(), host time, estimates
         self.collectives: Counter = Counter()  # (op, bytes, world size) -> calls
+        # The model of fusion (fusion.py): sequence id -> its signature ids, launches by
+        # _where(), and what ended it (cut code or signature id) -> launches by _where().
+        self.fused: dict[int, dict] = {}
         self._collective_steps: dict = defaultdict(Counter)  # key -> Counter by _where()
         self.units: dict = {}  # unit, source, units_per_step (steady state)
         self._units_in_step = 0
@@ -289,6 +293,9 @@ class Recording:
         self._hooks.append(register_optimizer_step_post_hook(self._optimizer_step))
         units.register()
         observe.subscribe(self)
+        from torch_neuronx import config
+
+        _C._audit_fusion_limit(config.concatenation_buffer_size_limit())
         _C._audit_start(self._on_signature, self._on_call)
 
     def stop(self) -> None:
@@ -312,19 +319,20 @@ class Recording:
         return self._phase["name"] if self._phase is not None else len(self.steps)
 
     # -- the C++ recorder's callbacks ------------------------------------------------
-    def _on_signature(self, sig_id: int, op: str, path: str, args: list, allocated: int) -> bool:
+    def _on_signature(self, sig_id: int, op: str, path: str, args: list, allocated: int) -> int:
         site = user_site(with_library=True)
         hazards = hazards_of(op, path, args)
+        role = fusion.role_of(op, path)
         self.signatures[sig_id] = {
             "id": sig_id, "op": op, "path": path, "args": args, "allocated": allocated,
             "first_step": len(self.steps), "first_phase": self._phase["name"] if self._phase else None,
-            "site": site_json(site), "hazards": hazards,
+            "site": site_json(site), "hazards": hazards, "fusion_role": fusion.ROLE_NAMES[role],
         }
         if hazards:
             self.watched[sig_id] = {"sites": Counter(), "steps": Counter(), "site_steps": defaultdict(set),
                                     "phases": Counter(), "site_phases": defaultdict(set)}
             self._watched_call(sig_id, site)
-        return bool(hazards)
+        return fusion.flags(role, bool(hazards))
 
     def _on_call(self, sig_id: int) -> None:
         if sig_id in self.watched:  # else a call that began before this recording did
@@ -370,6 +378,7 @@ class Recording:
             self.step_source = source
         if source != self.step_source:
             return
+        self._take_fused()  # the step's sequences, before it is counted as done
         devices = range(torch.neuron.device_count())
         units, self._units_in_step = self._units_in_step, 0
         held, self._held_peak = self._held_peak, []
@@ -406,6 +415,7 @@ class Recording:
         if self._phase is not None:  # nested: the outer phase holds the work
             self._phase["depth"] += 1
             return
+        self._take_fused()  # the step's sequences so far are the step's
         devices = range(torch.neuron.device_count())
         entry = self.phases.setdefault(name, {
             "name": name, "label": label or name, "source": source, "occurrences": 0, "after_steps": [],
@@ -428,6 +438,7 @@ class Recording:
         phase["depth"] -= 1
         if phase["depth"]:
             return
+        self._take_fused()  # the phase's sequences
         self._phase = None
         entry = self.phases[phase["name"]]
         entry["wall_s"] += time.perf_counter() - phase["t0"]
@@ -443,6 +454,10 @@ class Recording:
         return ACTIVE is self
 
     def device_work(self, work) -> None:
+        from torch_neuronx import _C
+
+        if work.kind in fusion.CUT_CODES:
+            _C._audit_fusion_cut(fusion.CUT_CODES[work.kind])
         if work.kind == "graph":
             self.graph_run(work.objects["graph"], work.objects["key"], work.objects["executable"], work.seconds)
         elif work.kind == "collective":
@@ -461,6 +476,35 @@ class Recording:
                                      "first_step": len(self.steps)}
         entry["launches_by"][self._where()] += 1
         entry["host_s"] += work.seconds
+
+    # -- the model of fusion ------------------------------------------------------------
+    def _take_fused(self) -> None:
+        """The sequences launched since the last take (which closes the open one), counted
+        where the work is now going (the step in progress or the open phase)."""
+        from torch_neuronx import _C
+
+        where = self._where()
+        for seq_id, ops, launches, ended_by in _C._audit_take_fused_sequences():
+            entry = self.fused.setdefault(seq_id, {"ops": list(ops), "first": where, "launches_by": Counter(),
+                                                   "ended_by": defaultdict(Counter)})
+            entry["launches_by"][where] += launches
+            for cut, count in ended_by:
+                entry["ended_by"][cut][where] += count
+
+    @staticmethod
+    def _fused_row(seq_id: int, entry: dict, steps: int) -> dict:
+        launches = _split(entry["launches_by"], steps)
+        ended_by = []
+        for cut, by in entry["ended_by"].items():
+            split = _split(by, steps)
+            ended_by.append({"cut": cut, "launches": sum(by.values()), "launches_first_step": split[0],
+                             "launches_steps": split[1],
+                             "launches_after_last_step": split[2], "launches_by_phase": split[3]})
+        return {"id": seq_id, "ops": entry["ops"], "first_step": entry["first"],
+                "launches": sum(entry["launches_by"].values()),
+                "launches_first_step": launches[0], "launches_steps": launches[1],
+                "launches_after_last_step": launches[2], "launches_by_phase": launches[3],
+                "ended_by": ended_by}
 
     # -- torch.compile ---------------------------------------------------------------
     def _collect_graph_breaks(self) -> None:
@@ -505,6 +549,7 @@ class Recording:
 
         while self._phase is not None:  # the program ended inside a phase (an exception)
             self.exit_phase()
+        self._take_fused()
         self._collect_graph_breaks()
         steps = len(self.steps)
         totals = {row[0]: row for row in _C._audit_signatures()}
@@ -551,6 +596,8 @@ class Recording:
                           for (op, source, kind), n in self.unlowered_ops.most_common()],
             "collectives": [self._collective_row(key, n, steps) for key, n in self.collectives.most_common()],
             "nki_kernels": [self._nki_row(key, entry, steps) for key, entry in self.nki.items()],
+            "concatenation": bool(_C._concatenation_enabled()),
+            "fused_sequences": [self._fused_row(k, v, steps) for k, v in sorted(self.fused.items())],
             "units": self._units_summary(),
             "phases": self._phase_rows(steps),
         }

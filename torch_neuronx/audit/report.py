@@ -24,6 +24,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from torch_neuronx.audit import fusion
 from torch_neuronx.audit.formatting import site_text
 from torch_neuronx.audit.knobs import library_remedy
 from torch_neuronx.audit.recorder import AFTER_LAST_STEP, is_tensor
@@ -85,7 +86,8 @@ def build(records: list[dict], options: Options, *, command: list[str], exit_cod
     compiled = _torch_compile(records)
     hazards = _hazards(signatures, records, options.targets, compiled)
     eager = _eager_compilations(primary)
-    estimates = _estimates(primary, targets)
+    fused = fusion.summarize(primary)
+    estimates = _estimates(primary, targets, fused)
     cost = _cost(estimates, options, primary, steps)
     phases = _phases(primary, targets, options)
     exception = next((r["exception"] for r in records if r.get("exception")), None)
@@ -104,6 +106,7 @@ def build(records: list[dict], options: Options, *, command: list[str], exit_cod
         "ops": ops,
         "fallbacks": _fallbacks(signatures, ops),
         "eager_compilations": eager,
+        "fusion": _rounded(fused),
         "torch_compile": compiled,
         "memory": memory,
         "hazards": hazards,
@@ -390,7 +393,7 @@ def _hazards(signatures: list[dict], records: list[dict], targets: list[str], co
 
 # ---------------------------------------------------------- estimate and cost
 
-def _estimates(record: dict, targets: list) -> list[dict]:
+def _estimates(record: dict, targets: list, fused: dict) -> list[dict]:
     from torch_neuronx.audit import estimate
 
     seen = len(record["steps"])
@@ -409,8 +412,11 @@ def _estimates(record: dict, targets: list) -> list[dict]:
                        "bytes_accessed": g["bytes_accessed"],
                        "host_ns_per_run": g["host_s"] * 1e9 / max(1, g["runs"])})
     # Every recorded signature is an eager call (compiled graphs run as XLA executables,
-    # recorded as graphs): each one is a launch, whether the script also compiles or not.
-    return [estimate.estimate_step(signatures, graphs, _collectives(record), profile, mode="eager")
+    # recorded as graphs): each one is a launch, whether the script also compiles or not,
+    # unless Adaptive Eager Execution was on: then the fused launches (fusion.py).
+    launches = fused["launches_per_step_fused"] if fused["enabled"] else None
+    return [estimate.estimate_step(signatures, graphs, _collectives(record), profile, mode="eager",
+                                   fused_launches=launches)
             for profile in targets]
 
 
@@ -540,7 +546,9 @@ def _actions(report: dict) -> list[dict]:
                        "use on Trainium: the compiles never stop. Pad inputs to a fixed length or to a few "
                        "buckets (e.g. padding='max_length' or pad_to_multiple_of=64 in the tokenizer); the "
                        "eager_compilations section lists each churning op and line.")})
+    actions += _fusion_actions(report["fusion"])
     for row in report["hazards"]:
+        cost = None
         if row["kind"] == "host_sync":  # a sync outside the loop (setup, the end) costs once
             in_loop = [site for site in row["sites"] if site["in_step_loop"]]
             if not in_loop:
@@ -550,6 +558,7 @@ def _actions(report: dict) -> list[dict]:
             if not mine:
                 continue
             site = mine[0]
+            cost, cut_text = _host_read_cost(row, report["fusion"])
         else:
             site = row["sites"][0] if row["sites"] else None
         remedy = {
@@ -559,8 +568,10 @@ def _actions(report: dict) -> list[dict]:
             "fp8": "target a trn3 instance for FP8, or use bfloat16",
             "dynamic_shape": "pad inputs to fixed shapes or buckets; every new shape recompiles the graph",
         }[row["kind"]]
+        if row["kind"] == "host_sync":
+            remedy += cut_text
         actions.append({"kind": row["kind"], "what": row["op"], "where": site_text(site),
-                        "cost_per_step_s": None, "remedy": f"{row['detail']}: {remedy}"})
+                        "cost_per_step_s": cost, "remedy": f"{row['detail']}: {remedy}"})
     for row in report["torch_compile"]["graph_breaks"]:
         actions.append({"kind": "graph_break", "what": row["reason"], "where": site_text(row["site"]),
                         "cost_per_step_s": None,
@@ -577,6 +588,40 @@ def _actions(report: dict) -> list[dict]:
                                           f"; the instance has only {row['cores_available']}"))})
     # Costed actions first, most expensive first; then the others in the order above.
     return sorted(actions, key=lambda a: -(a["cost_per_step_s"] or 0.0))
+
+
+def _fusion_actions(fused: dict) -> list[dict]:
+    """Adaptive Eager Execution off while the model says it would fuse a good share of the
+    step's launches. Not costed (not ranked above the costed fixes): TorchNeuron ships the
+    switch off, so it is an option to try, not a defect of the script."""
+    unfused, with_fusion = fused["launches_per_step_unfused"], fused["launches_per_step_fused"]
+    saved = unfused - with_fusion
+    if fused["enabled"] or saved < 1 or saved < 0.1 * unfused:
+        return []
+    return [{"kind": "fusion", "what": f"{unfused:.4g} eager launches per step, {with_fusion:.4g} with fusion",
+             "where": "TORCH_NEURONX_ENABLE_CONCATENATION", "cost_per_step_s": None,
+             "remedy": (f"TorchNeuron's Adaptive Eager Execution is off (its default): with "
+                        f"TORCH_NEURONX_ENABLE_CONCATENATION=1 the step's op calls would run as {with_fusion:.4g} "
+                        f"launches instead of {unfused:.4g} ({fused['ops_per_fused_launch']:.3g} ops per fused "
+                        "launch; the fusion section lists the sequences and their cuts), or compile the step "
+                        "with torch.compile(backend=\"neuron\")")}]
+
+
+def _host_read_cost(row: dict, fused: dict) -> tuple[float, str]:
+    """A host read's cost per step (its round trips, at the low sync figure) and, where it ends
+    fused sequences, the launches that costs (counted when Adaptive Eager Execution is on)."""
+    from torch_neuronx.audit.estimate import LOW
+
+    cost = row["calls_per_step"] * LOW.sync_s
+    cut = fusion.cuts_by_op(fused, row["op"])
+    if not cut:
+        return cost, ""
+    if fused["enabled"]:
+        cost += cut * LOW.launch_s
+        return cost, (f"; each read also ends the fused sequence in progress ({cut:.3g} per step, each a "
+                      "launch more)")
+    return cost, (f"; with Adaptive Eager Execution on, each read would also end the fused sequence in "
+                  f"progress ({cut:.3g} per step)")
 
 
 def _library_sync_actions(row: dict, sites: list[dict]) -> list[dict]:

@@ -32,9 +32,11 @@ SITE = {"anyOf": [{"type": "null"}, _object(
     {"calls": _INT, "steps": _INT, "in_step_loop": _BOOL, "phases": _array(_STR),
      "library": _object({"file": _STR, "line": _INT, "function": _STR, "code": _STR})})]}
 
+FUSION_CUT = _object({"reason": _STR, "op": _NULLABLE_STR, "site": SITE, "per_step": _NUM})
+
 ACTION = _object({"rank": _INT, "kind": {"enum": ["fallback", "shape_churn", "host_sync", "float64",
                                                   "data_dependent_shape", "fp8", "dynamic_shape",
-                                                  "graph_break", "memory"]},
+                                                  "graph_break", "memory", "fusion"]},
                   "what": _STR, "where": _STR, "cost_per_step_s": {"type": ["number", "null"]},
                   "remedy": _STR})
 
@@ -66,6 +68,13 @@ SCHEMA = {
             "after_last_step": _INT, "in_phases": {"type": "object", "additionalProperties": _INT},
             "churn": _array(_object({"op": _STR, "site": SITE, "new_signatures": _INT,
                                      "steps_with_new": _INT, "example_shapes": _array(_array(_array(_INT)))}))}),
+        "fusion": _object({
+            "enabled": _BOOL, "launches_per_step_unfused": _NUM, "launches_per_step_fused": _NUM,
+            "ops_per_fused_launch": _NUM, "sequences_per_step": _NUM, "kernels": _INT, "kernels_in_steps": _INT,
+            "kernels_new_after_step_1": _INT,
+            "sequences": _array(_object({"ops": _array(_STR), "length": _INT, "launches_per_step": _NUM,
+                                         "ended_by": _array(FUSION_CUT)})),
+            "cuts": _array(FUSION_CUT)}),
         "torch_compile": _object({
             "used": _BOOL, "graphs": _INT, "compiles": _INT, "compile_seconds": _NUM, "graph_runs": _INT,
             "graph_breaks": _array(_object({"reason": _STR, "site": SITE, "count": _INT})),

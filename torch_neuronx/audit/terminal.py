@@ -10,7 +10,7 @@ TOP = 8  # rows per table
 
 def render(report: dict) -> str:
     lines: list[str] = []
-    for section in (_header, _verdict, _ops, _fallbacks, _compilations, _compile, _memory, _hazards,
+    for section in (_header, _verdict, _ops, _fallbacks, _compilations, _fusion, _compile, _memory, _hazards,
                     _collectives, _estimates, _cost, _phases):
         block = section(report)
         if block:
@@ -96,6 +96,20 @@ def _compilations(r: dict) -> list[str]:
     for churn in e["churn"][:TOP]:
         lines.append(f"  shape churn: {churn['op']} at {site_text(churn['site'])}: {churn['new_signatures']} new "
                      f"signatures in {churn['steps_with_new']} steps, shapes {churn['example_shapes']}")
+    return lines
+
+
+def _fusion(r: dict) -> list[str]:
+    f = r.get("fusion")
+    if not f or not f["launches_per_step_unfused"]:
+        return []
+    state = "on" if f["enabled"] else "off (TORCH_NEURONX_ENABLE_CONCATENATION=1 turns it on)"
+    lines = [f"Adaptive Eager Execution (fusion): {state}; eager launches per step {f['launches_per_step_unfused']:.4g} "
+             f"one per op, {f['launches_per_step_fused']:.4g} fused ({f['ops_per_fused_launch']:.3g} ops per fused "
+             f"launch); {f['kernels']} fused kernels compiled, {f['kernels_new_after_step_1']} of them after step 1"]
+    for cut in f["cuts"][:TOP]:
+        what = f" ({cut['op']} at {site_text(cut['site'])})" if cut["op"] else ""
+        lines.append(f"  cut by {cut['reason']}{what}: {cut['per_step']:.3g} per step")
     return lines
 
 

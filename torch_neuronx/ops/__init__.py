@@ -143,7 +143,7 @@ def _register_python_kernels(kernels: dict, key: str = "PrivateUse1") -> None:
 
 def _register_autograd_kernels(kernels: dict, key: str = "AutogradPrivateUse1") -> None:
     """AutogradPrivateUse1 kernels of ONE_KERNEL_COMPOSITES that have no autograd formula
-    (ops/composites.py, ops/linear.py), and rms_norm's routing; not counted: they run the
+    (ops/composites.py; linear's is C++: csrc/Linear.cpp), and rms_norm's routing; not counted: they run the
     op's kernel, another op's or the op's composite."""
     library = torch.library.Library("aten", "IMPL")
     for name, kernel in kernels.items():
@@ -174,7 +174,6 @@ def register() -> None:
         _register_python_kernels(sync_batch_norm.KERNELS)
         _register_meta_kernels(sync_batch_norm.META_KERNELS)
         _register_python_kernels(linear.KERNELS)
-        _register_autograd_kernels(linear.AUTOGRAD_KERNELS)
         _register_python_kernels(composites.KERNELS)
         _register_autograd_kernels(composites.AUTOGRAD_KERNELS)
         _register_autograd_kernels(composites.ROUTING_KERNELS, "PrivateUse1")

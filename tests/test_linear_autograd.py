@@ -1,0 +1,123 @@
+"""linear's autograd kernel (csrc/Linear.cpp): one `linear` kernel forward and one
+`linear_backward` kernel backward on plain neuron tensors, PyTorch's composite for
+tensor subclasses and functorch transforms, the differentiable formula for
+create_graph=True; results against CPU PyTorch (float32: rtol 1e-5, atol 1e-5)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_neuronx
+
+TOL = {"rtol": 1e-5, "atol": 1e-5}
+
+
+def _pair(*shape, requires_grad=True):
+    cpu = torch.randn(*shape, dtype=torch.float32)
+    return cpu.clone().requires_grad_(requires_grad), cpu.to("neuron").requires_grad_(requires_grad)
+
+
+def _counts():
+    executed = torch_neuronx.get_executed_ops()
+    return (sum(n for name, n in executed.items() if name.startswith("aten::linear.")
+                or name == "aten::linear"),
+            sum(n for name, n in executed.items() if name.startswith("aten::linear_backward")),
+            sum(n for name, n in executed.items() if name.split("::")[1].split(".")[0] in ("addmm", "mm", "t")))
+
+
+@pytest.mark.parametrize("input_shape", [(5, 8), (2, 3, 8), (8,)])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("grads", [(True, True, True), (True, False, False), (False, True, True),
+                                   (False, False, True)])
+def test_forward_and_backward_match_cpu_as_one_kernel_each(input_shape, bias, grads):
+    torch.manual_seed(0)
+    x_cpu, x = _pair(*input_shape, requires_grad=grads[0])
+    w_cpu, w = _pair(6, 8, requires_grad=grads[1])
+    b_cpu, b = _pair(6, requires_grad=grads[2]) if bias else (None, None)
+    torch_neuronx.clear_op_tracking()
+    y = F.linear(x, w, b)
+    y_cpu = F.linear(x_cpu, w_cpu, b_cpu)
+    torch.testing.assert_close(y.cpu(), y_cpu, **TOL)
+    needs = any(t is not None and t.requires_grad for t in (x, w, b))
+    if not needs:
+        assert not y.requires_grad
+        return
+    assert y.grad_fn is not None
+    grad = torch.randn_like(y_cpu)
+    y.backward(grad.to("neuron"))
+    y_cpu.backward(grad)
+    for got, want in ((x, x_cpu), (w, w_cpu), (b, b_cpu)):
+        if want is not None and want.requires_grad:
+            torch.testing.assert_close(got.grad.cpu(), want.grad, **TOL)
+        elif got is not None:
+            assert got.grad is None
+    linear, linear_backward, matmuls = _counts()
+    assert (linear, linear_backward) == (1, 1) and matmuls == 0
+
+
+def test_no_grad_and_inference_mode_run_the_kernel_without_a_graph():
+    _, x = _pair(4, 8)
+    _, w = _pair(3, 8)
+    for context in (torch.no_grad, torch.inference_mode):
+        with context():
+            y = F.linear(x, w)
+        assert y.grad_fn is None and not y.requires_grad
+        torch.testing.assert_close(y.cpu(), F.linear(x.detach().cpu(), w.detach().cpu()), **TOL)
+
+
+def test_double_backward_matches_cpu():
+    torch.manual_seed(1)
+    x_cpu, x = _pair(4, 5)
+    w_cpu, w = _pair(3, 5)
+    b_cpu, b = _pair(3)
+    results = []
+    for xs, ws, bs in ((x, w, b), (x_cpu, w_cpu, b_cpu)):
+        y = torch.tanh(F.linear(xs, ws, bs)).sum()
+        gx, gw = torch.autograd.grad(y, (xs, ws), create_graph=True)
+        (gx.pow(2).sum() + gw.pow(2).sum()).backward()
+        results.append([t.detach().cpu() for t in (gx, gw, xs.grad, ws.grad, bs.grad)])
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want, **TOL)
+
+
+def test_functorch_transforms_keep_the_composite():
+    torch.manual_seed(2)
+    w_cpu = torch.randn(3, 5)
+    x_cpu = torch.randn(7, 5)
+    w, x = w_cpu.to("neuron"), x_cpu.to("neuron")
+    got = torch.vmap(lambda row: F.linear(row, w))(x)
+    torch.testing.assert_close(got.cpu(), torch.vmap(lambda row: F.linear(row, w_cpu))(x_cpu), **TOL)
+    grad = torch.func.grad(lambda weight: F.linear(x, weight).sin().sum())(w)
+    want = torch.func.grad(lambda weight: F.linear(x_cpu, weight).sin().sum())(w_cpu)
+    torch.testing.assert_close(grad.cpu(), want, **TOL)
+
+
+def test_a_one_dimensional_weight_differentiates_the_composite():
+    x_cpu, x = _pair(4, 5)
+    w_cpu, w = _pair(5)
+    F.linear(x, w).sum().backward()
+    F.linear(x_cpu, w_cpu).sum().backward()
+    torch.testing.assert_close(w.grad.cpu(), w_cpu.grad, **TOL)
+    torch.testing.assert_close(x.grad.cpu(), x_cpu.grad, **TOL)
+
+
+def test_modifying_a_saved_weight_before_backward_raises_as_on_cpu():
+    for device in ("cpu", "neuron"):
+        x = torch.randn(4, 5, device=device, requires_grad=True)
+        w = torch.randn(3, 5, device=device, requires_grad=True)
+        y = F.linear(x, w.clone())
+        weight = w.detach().clone().requires_grad_(False)
+        z = F.linear(x, weight)
+        with torch.no_grad():
+            weight.mul_(2)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            (y.sum() + z.sum()).backward()
+
+
+def test_mixed_devices_raise_the_usual_error():
+    x = torch.randn(4, 5, device="neuron", requires_grad=True)
+    w = torch.randn(3, 5, requires_grad=True)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        F.linear(x, w)

@@ -29,11 +29,6 @@ BOUNDARY, FUSIBLE, ENDS_SEQUENCE, TRANSPARENT = 0, 1, 2, 3
 ROLE_NAMES = {BOUNDARY: "boundary", FUSIBLE: "fusible", ENDS_SEQUENCE: "ends_sequence",
               TRANSPARENT: "transparent"}
 
-# AWS's matmul-class ops (MatMulToMatMulStrategy), plus convolution: conv2d is a composite
-# that reaches a device as aten::convolution.
-ENDS = frozenset({"linear", "linear_backward", "matmul", "matmul_backward", "mm", "bmm", "addmm",
-                  "baddbmm", "addbmm", "conv2d", "convolution"})
-
 # csrc/Recorder.h FusionCut: what ended a sequence when it was not an op call.
 ENDED_BY_ITS_MATMUL, CLOSED_AT_STEP_END = -1, -7
 CUTS = {
@@ -78,7 +73,7 @@ def role_of(op: str, path: str) -> int:
         return TRANSPARENT
     if boundary_reason(op, path) is not None:
         return BOUNDARY
-    return ENDS_SEQUENCE if name in ENDS else FUSIBLE
+    return ENDS_SEQUENCE if name in registry.ENDS_FUSED_SEQUENCE else FUSIBLE
 
 
 def flags(role: int, watched: bool) -> int:

@@ -259,6 +259,14 @@ TENSOR_ENGINE = frozenset({
     "_scaled_mm", "_grouped_mm", "_scaled_grouped_mm", "_int_mm", "_scaled_mm_v2", "_scaled_grouped_mm_v2",
 })
 
+# Adaptive Eager Execution (the audit's model, audit/fusion.py): the ops that end a fused
+# sequence, themselves included. AWS's list (its MatMulToMatMul concatenation strategy),
+# plus convolution: conv2d is a composite that reaches a device as aten::convolution.
+ENDS_FUSED_SEQUENCE = frozenset({
+    "linear", "linear_backward", "matmul", "matmul_backward", "mm", "bmm", "addmm", "baddbmm", "addbmm",
+    "conv2d", "convolution",
+})
+
 
 def base_name(op: str) -> str:
     """The registry's spelling of any op name: "aten::add_.Tensor", "add_", "add.out",

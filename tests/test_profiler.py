@@ -233,8 +233,8 @@ def test_record_function_range_gets_device_time_and_a_device_annotation(tmp_path
                      if e.get("cat") == "gpu_user_annotation"]
     assert annotation["name"] == "my_block" and annotation["pid"] == 0
     starts = [e["ts"] for e in kernels(json.loads(path.read_text()))]
-    # Microsecond timestamps near 5e12 (the monotonic clock of a machine up for two months) are
-    # spaced about 1e-3 apart as doubles: equal up to that rounding.
+    # Microsecond timestamps near 5e12 (the profiler's clock on this machine) are spaced about
+    # 1e-3 apart as doubles: equal up to that rounding.
     assert annotation["ts"] == pytest.approx(min(starts), abs=5e-3)
 
 

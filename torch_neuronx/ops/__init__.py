@@ -141,13 +141,13 @@ def _register_python_kernels(kernels: dict, key: str = "PrivateUse1") -> None:
     _python_kernels.append(library)
 
 
-def _register_autograd_kernels(kernels: dict, key: str = "AutogradPrivateUse1") -> None:
+def _register_autograd_kernels(kernels: dict) -> None:
     """AutogradPrivateUse1 kernels of ONE_KERNEL_COMPOSITES that have no autograd formula
-    (ops/composites.py; linear's is C++: csrc/Linear.cpp), and rms_norm's routing; not counted: they run the
-    op's kernel, another op's or the op's composite."""
+    (ops/composites.py; linear's and rms_norm's are C++: csrc/Linear.cpp, csrc/RmsNorm.cpp);
+    not counted: they run the op's kernel, another op's or the op's composite."""
     library = torch.library.Library("aten", "IMPL")
     for name, kernel in kernels.items():
-        library.impl(name, patching.hide_from_dynamo(kernel), key)
+        library.impl(name, patching.hide_from_dynamo(kernel), "AutogradPrivateUse1")
     _python_kernels.append(library)
 
 
@@ -176,7 +176,6 @@ def register() -> None:
         _register_python_kernels(linear.KERNELS)
         _register_python_kernels(composites.KERNELS)
         _register_autograd_kernels(composites.AUTOGRAD_KERNELS)
-        _register_autograd_kernels(composites.ROUTING_KERNELS, "PrivateUse1")
         _register_python_kernels(attention.KERNELS)
         _register_python_kernels(sparse.KERNELS)
         _register_python_kernels(sparse.CSR_KERNELS, "SparseCsrPrivateUse1")

@@ -12,9 +12,8 @@ composite on host aliases).
   composites part by part), so a call whose inputs require grad (double
   backward) keeps running the composite on the device, which keeps its gradient
   exact; every other call goes below autograd to the one kernel.
-- rms_norm with a 16-bit input and a weight of another dtype: one _fused_rms_norm
-  in float32, as TorchNeuron runs it (PyTorch's composite would take its unfused
-  formula, several kernels).
+- (rms_norm with a 16-bit input and a weight of another dtype, one _fused_rms_norm
+  in float32 as TorchNeuron runs it, is routed in C++: csrc/RmsNorm.cpp.)
 """
 
 from __future__ import annotations
@@ -59,27 +58,6 @@ def _composite_under_autograd(op):
     return kernel
 
 
-_HALF = (torch.float16, torch.bfloat16)
-
-
-def rms_norm(input, normalized_shape, weight=None, eps=None):
-    """rms_norm's kernel for both neuron keys, as TorchNeuron registers it: a 16-bit
-    input with a weight of another dtype (PyTorch's composite then takes its unfused
-    formula) is raised to float32 for one _fused_rms_norm and the result returned in
-    the input's dtype; every other call, and tensor subclasses (DTensor, Dynamo's
-    fake tensors), take PyTorch's composite, which reaches _fused_rms_norm itself."""
-    mixed = weight is not None and weight.dtype != input.dtype and input.dtype in _HALF
-    if not mixed or any(torch._C._dispatch_keys(t).has(torch._C.DispatchKey.Python) for t in (input, weight)):
-        return _aten.rms_norm.default.decompose(input, normalized_shape, weight, eps)
-    normed = _aten._fused_rms_norm.default(input.float(), normalized_shape, weight.float(), eps)[0]
-    return normed.to(input.dtype)
-
-
 KERNELS = {"_fused_rms_norm_backward": _fused_rms_norm_backward}
-AUTOGRAD_KERNELS = {
-    **{name: _composite_under_autograd(getattr(_aten, name).default)
-       for name in ("index_select_backward", "value_selecting_reduction_backward")},
-    "rms_norm": rms_norm,
-}
-# Reached without autograd (inference_mode): the same kernel, so the same route.
-ROUTING_KERNELS = {"rms_norm": rms_norm}
+AUTOGRAD_KERNELS = {name: _composite_under_autograd(getattr(_aten, name).default)
+                    for name in ("index_select_backward", "value_selecting_reduction_backward")}

@@ -6,7 +6,9 @@
 // tensors), take PyTorch's composite, which reaches _fused_rms_norm itself.
 //
 // It is C++ because every rms_norm call on the device goes through it (twice per
-// layer of a Llama-style model): as a Python kernel it cost about 9 us a call.
+// layer of a Llama-style model): as a Python kernel it cost about 8 us a call
+// (an rms_norm of [4, 64] float32: 19.9 us on `neuron` against 10.5 us on CPU;
+// 11.7 us against 10.9 us in C++).
 #include <ATen/ATen.h>
 #include <ATen/ops/rms_norm_compositeimplicitautograd_dispatch.h>
 #include <torch/library.h>

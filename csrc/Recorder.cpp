@@ -85,26 +85,21 @@ struct FusionModel {
   }
 
   void observe(const SignatureEntry& entry) {
+    const FusionRole role = entry.role.load(std::memory_order_relaxed);
+    if (role == FusionRole::Transparent) {
+      return;
+    }
     std::lock_guard<std::mutex> lock(mutex);
-    switch (entry.role.load(std::memory_order_relaxed)) {
-      case FusionRole::Transparent:
-        return;
-      case FusionRole::Boundary:
-        close(entry.id);  // the boundary itself runs alone
-        return;
-      case FusionRole::Fusible:
-        if (static_cast<int64_t>(open.size()) >= limit) {
-          close(kCutByLimit);
-        }
-        open.push_back(entry.id);
-        return;
-      case FusionRole::EndsSequence:
-        if (static_cast<int64_t>(open.size()) >= limit) {
-          close(kCutByLimit);
-        }
-        open.push_back(entry.id);
-        close(kEndedByItsMatmul);
-        return;
+    if (role == FusionRole::Boundary) {
+      close(entry.id);  // the boundary itself runs alone
+      return;
+    }
+    if (static_cast<int64_t>(open.size()) >= limit) {
+      close(kCutByLimit);
+    }
+    open.push_back(entry.id);
+    if (role == FusionRole::EndsSequence) {
+      close(kEndedByItsMatmul);
     }
   }
 

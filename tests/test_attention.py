@@ -147,6 +147,24 @@ def test_attention_on_3d_tensors_runs_natively():
 
 
 # ------------------------------------------------------------------ dropout
+@pytest.mark.parametrize("dropout_p", [0.0, 0.2])
+def test_results_have_the_cpus_strides_for_heads_transposed_out_of_a_projection(dropout_p):
+    """The layout an attention layer gives SDPA ([batch, seq, heads, dim] seen as [batch, heads,
+    seq, dim]): the output and the gradient have the CPU's strides, so code that views the
+    output's transpose works as on the CPU."""
+    strides = {}
+    for device in ("cpu", NEURON):
+        torch.manual_seed(seeds.seed(9))
+        x = torch.randn(2, 8, 3 * 64, device=device, requires_grad=True)
+        q, k, v = (t.view(2, 8, 4, 16).transpose(1, 2) for t in x.split(64, -1))
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+        out.sum().backward()
+        strides[str(device)] = (out.stride(), x.grad.stride())
+        if out.transpose(1, 2).is_contiguous():
+            assert out.transpose(1, 2).view(2, 8, 64).shape == (2, 8, 64)
+    assert strides["neuron:0"] == strides["cpu"]
+
+
 def test_dropout_drops_what_the_cpu_drops_from_the_cpu_generator():
     inputs, mask, _ = _case("float_mask_with_gradient", torch.float32)
     torch.manual_seed(seeds.seed(7))

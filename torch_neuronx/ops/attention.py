@@ -38,7 +38,7 @@ import math
 
 import torch
 
-from torch_neuronx import _C
+from torch_neuronx.ops.composites import on_host_aliases
 
 aten = torch.ops.aten
 
@@ -159,10 +159,6 @@ def attention_math_backward(grad_out, query, key, value, attn_bias, bias_grad, d
 
 
 # ------------------------------------------------------------------ the device kernels
-def _host(tensor):
-    return None if tensor is None else _C._host_alias(tensor) if tensor.device.type != "cpu" else tensor
-
-
 def _dense(*tensors):
     """The math formulas' operands in contiguous memory. Attention's query, key and value are
     usually views with the heads transposed out of a projection ([batch, seq, heads, dim] seen
@@ -172,17 +168,23 @@ def _dense(*tensors):
     return tuple(t.contiguous() for t in tensors)
 
 
-def _adopted(device, *tensors):
-    """The kernel's results, computed under the device's capture scope (so allocated by the
-    device allocator, contiguous), as neuron tensors without a copy (None stays None)."""
-    return tuple(None if t is None else _C._adopt_external(t, device.index) for t in tensors)
-
-
 def _draw_keep(query, key, dropout_p):
     """The keep-mask, drawn as the CPU's math path draws it (bernoulli_(1 - p) over
     the attention weights' shape, from the CPU's default generator)."""
     shape = (*query.shape[:-1], key.shape[-2])
     return torch.empty(shape, dtype=_accumulation(query.dtype)).bernoulli_(1.0 - dropout_p).bool()
+
+
+def _forward_on_host(q, k, v, bias, dropout_p, is_causal, scale, bias_grad):
+    """(out, logsumexp, keep-mask or None) on host aliases."""
+    keep = _draw_keep(q, k, dropout_p) if dropout_p > 0 else None
+    if flash_applies(q, k, v, bias, dropout_p, bias_grad):
+        out, lse = aten._scaled_dot_product_flash_attention_for_cpu(
+            q, _share_heads(q, k), _share_heads(q, v), 0.0, is_causal, attn_mask=_additive(bias, q.dtype),
+            scale=scale)
+    else:  # contiguous once: matmul would copy a transposed head layout at each product
+        out, lse = attention_math(*_dense(q, k, v), bias, dropout_p, is_causal, scale, keep)
+    return out, lse, keep
 
 
 def fused_attention(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_mask=False,
@@ -191,43 +193,33 @@ def fused_attention(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=
         raise NotImplementedError("Debug mask not supported in Neuron implementation.")
     _check(query, key, value, attn_bias, is_causal)
     device = query.device
-    q, k, v, bias = (_host(t) for t in (query, key, value, attn_bias))
     bias_grad = attn_bias is not None and attn_bias.requires_grad
-    with torch.no_grad(), _C._CaptureScope(device.index):
-        keep = _draw_keep(q, k, dropout_p) if dropout_p > 0 else None
-        if flash_applies(q, k, v, bias, dropout_p, bias_grad):
-            out, lse = aten._scaled_dot_product_flash_attention_for_cpu(
-                q, _share_heads(q, k), _share_heads(q, v), 0.0, is_causal, attn_mask=_additive(bias, q.dtype),
-                scale=scale)
-        else:  # contiguous once: matmul would copy a transposed head layout at each product
-            out, lse = attention_math(*_dense(q, k, v), bias, dropout_p, is_causal, scale, keep)
-        out, lse = _dense(out, lse)
-    out, lse, seed = _adopted(device, out, lse, keep)
+    out, lse, seed = on_host_aliases(_forward_on_host, device.index, query, key, value, attn_bias, dropout_p,
+                                     is_causal, scale, bias_grad)
     if seed is None:
         seed = torch.empty((), dtype=torch.long, device=device)
     offset = torch.empty((), dtype=torch.long, device=device)
-    return (out, lse, None, None, q.shape[-2], k.shape[-2], seed, offset, None)
+    return (out, lse, None, None, query.shape[-2], key.shape[-2], seed, offset, None)
+
+
+def _backward_on_host(grad, q, k, v, bias, out, lse, keep, bias_grad, dropout_p, is_causal, scale):
+    """(grad_query, grad_key, grad_value, grad_attn_bias or None) on host aliases."""
+    if flash_applies(q, k, v, bias, dropout_p, bias_grad):
+        grads = aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            grad, q, _share_heads(q, k), _share_heads(q, v), out, lse, 0.0, is_causal,
+            attn_mask=_additive(bias, q.dtype), scale=scale)
+        return grads[0], _fold_heads(grads[1], k), _fold_heads(grads[2], v), None
+    return attention_math_backward(*_dense(grad, q, k, v), bias, bias_grad, dropout_p, is_causal, scale,
+                                   keep if dropout_p > 0 else None)
 
 
 def fused_attention_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q,
                              cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, *,
                              scale=None):
     _check(query, key, value, attn_bias, is_causal)
-    device = query.device
-    grad, q, k, v, bias = (_host(t) for t in (grad_out, query, key, value, attn_bias))
-    bias_grad = bias is not None and bool(grad_input_mask[3])
-    with torch.no_grad(), _C._CaptureScope(device.index):
-        if flash_applies(q, k, v, bias, dropout_p, bias_grad):
-            grads = aten._scaled_dot_product_flash_attention_for_cpu_backward(
-                grad, q, _share_heads(q, k), _share_heads(q, v), _host(out), _host(logsumexp), 0.0, is_causal,
-                attn_mask=_additive(bias, q.dtype), scale=scale)
-            grads = (grads[0], _fold_heads(grads[1], k), _fold_heads(grads[2], v), None)
-        else:
-            keep = _host(philox_seed) if dropout_p > 0 else None
-            grads = attention_math_backward(*_dense(grad, q, k, v), bias, bias_grad, dropout_p, is_causal, scale,
-                                            keep)
-        grads = tuple(None if g is None else g.contiguous() for g in grads)
-    return _adopted(device, *grads)
+    bias_grad = attn_bias is not None and bool(grad_input_mask[3])
+    return on_host_aliases(_backward_on_host, query.device.index, grad_out, query, key, value, attn_bias, out,
+                           logsumexp, philox_seed, bias_grad, dropout_p, is_causal, scale)
 
 
 KERNELS = {

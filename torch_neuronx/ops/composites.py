@@ -36,8 +36,22 @@ def on_host_aliases(fn, device: int, *args) -> tuple:
     # device allocator: counted in memory_allocated() and under the core's capacity,
     # and adopted without a copy.
     with torch.no_grad(), _C._CaptureScope(device):
-        results = tuple(None if r is None else r.contiguous() for r in fn(*host))
+        results = tuple(None if r is None else _dense_layout(r) for r in fn(*host))
     return tuple(None if r is None else _C._adopt_external(r, device) for r in results)
+
+
+def _dense_layout(result: torch.Tensor) -> torch.Tensor:
+    """A result as `.to(device)` would lay it out: unchanged when its elements fill its memory
+    densely in some order of dimensions (SDPA's output on PyTorch's flash path is [B, H, L, D]
+    over a [B, L, H, D] buffer, and code may view its transpose), else a contiguous copy."""
+    if result.is_contiguous():
+        return result
+    expected = 1
+    for size, stride in sorted(zip(result.shape, result.stride()), key=lambda dim: dim[1]):
+        if size != 1 and stride != expected:
+            return result.contiguous()
+        expected *= size
+    return result
 
 
 def _fused_rms_norm_backward(grad_out, input, normalized_shape, rstd, weight, output_mask):

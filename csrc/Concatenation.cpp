@@ -27,16 +27,22 @@ std::atomic<bool> gQueued{false};
 namespace {
 
 // One queued call: out = a <op> (b or scalar), with alpha for add/sub; lerp's
-// weight and addcmul/addcdiv's value are `alpha` too, their third tensor `c`.
+// weight, addcmul/addcdiv's value and threshold_backward's threshold are
+// `alpha` too, addcmul/addcdiv's third tensor `c`. Unary ops read `a` only.
 struct Entry {
   QueuedOp op;
   const DirectOp* source;  // the op called, for its name
   at::Tensor out;
   at::Tensor a;
   at::Tensor b;  // undefined: `scalar` is the second operand (or the op has one)
-  float scalar;
-  float alpha;
+  float scalar = 0.0f;
+  float alpha = 0.0f;
   at::Tensor c;
+  // Broadcasting: 0 when a and b have out's shape; otherwise one of them (b,
+  // or a where a_repeats) holds out's last `period` elements' worth, repeated
+  // for each of out's rows (a bias over a batch, a 0-dim tensor: period 1).
+  int64_t period = 0;
+  bool a_repeats = false;
 };
 
 // Operands of at most PyTorch's grain size (32,768 elements): PyTorch's CPU
@@ -116,20 +122,55 @@ bool queueable(const at::Tensor& self) {
          self.numel() > 0 && self.numel() <= kMaxElements;
 }
 
-// The entry for `self <op> other`, without its output; nullopt when the call
-// does not qualify: a float32 neuron tensor and either another of its shape on
-// its core or a CPU scalar (both contiguous, no conj/neg bits).
+// How many elements `small` holds when broadcasting it to `full`'s shape
+// repeats it whole for each of full's rows: its sizes, leading 1s dropped, are
+// full's last sizes (and it has no more dims than full, or the result's shape
+// would not be full's). nullopt for any other broadcast.
+std::optional<int64_t> repeatPeriod(c10::IntArrayRef small, c10::IntArrayRef full) {
+  if (small.size() > full.size()) {
+    return std::nullopt;
+  }
+  size_t lead = 0;
+  while (lead < small.size() && small[lead] == 1) {
+    ++lead;
+  }
+  const auto tail = small.slice(lead);
+  if (!tail.equals(full.slice(full.size() - tail.size()))) {
+    return std::nullopt;
+  }
+  return c10::multiply_integers(tail);
+}
+
+// The entry for `self <op> other` (or `self <op>= other` when in_place),
+// without its output; nullopt when the call does not qualify: a float32 neuron
+// tensor and either a CPU scalar or another float32 tensor on its core of its
+// shape, or that broadcasts to it by repeating whole rows (out of place, self
+// may be the one repeated); contiguous, no conj/neg bits.
 std::optional<Entry> operands(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor& other,
-                              double alpha) {
+                              double alpha, bool in_place) {
   if (!queueable(self)) {
     return std::nullopt;
   }
-  Entry entry{op, &source, at::Tensor(), self, at::Tensor(), 0.0f, static_cast<float>(alpha), at::Tensor()};
+  Entry entry{op, &source, at::Tensor(), self};
+  entry.alpha = static_cast<float>(alpha);
   if (other.device() == self.device()) {
-    if (!plainFloat(other) || !other.sizes().equals(self.sizes())) {
+    if (!plainFloat(other)) {
       return std::nullopt;
     }
     entry.b = other;
+    if (other.sizes().equals(self.sizes())) {
+      return entry;
+    }
+    if (auto period = repeatPeriod(other.sizes(), self.sizes())) {
+      entry.period = *period;
+      return entry;
+    }
+    auto period = in_place ? std::nullopt : repeatPeriod(self.sizes(), other.sizes());
+    if (!period || other.numel() > kMaxElements) {
+      return std::nullopt;
+    }
+    entry.period = *period;
+    entry.a_repeats = true;
   } else if (other.device().is_cpu() && other.dim() == 0 && !other.is_neg() && !other.is_conj()) {
     auto value = scalarValue(other);
     if (!value) {
@@ -156,60 +197,114 @@ std::optional<Entry> operands(QueuedOp op, const DirectOp& source, const at::Ten
 // one IEEE operation; lerp is PyTorch's vectorized form, one fused
 // multiply-add from the nearer end (weight, or weight - 1 from `end`, when
 // |weight| >= 0.5); addcmul / addcdiv are self + (value * t1) * t2 and
-// self + (value * t1) / t2, left to right.
-template <class Other>
-NEURON_VECTORIZED void compute(QueuedOp op, float* out, const float* a, Other b, const float* c, float alpha,
-                               int64_t n) {
+// self + (value * t1) / t2, left to right. The unary ops and the activation
+// gradients are those of PyTorch's CPU kernels (relu keeps NaN and -0.0, as
+// clamp_min does; rsqrt is 1 / sqrt; threshold_backward passes the gradient
+// where the input is above the threshold, a NaN input included).
+// `a` and `b` are functors of the element index (an array, or one value
+// repeated).
+template <class A, class B>
+NEURON_VECTORIZED void compute(QueuedOp op, float* out, A a, B b, const float* c, float alpha, int64_t n) {
   switch (op) {
     case QueuedOp::Sqrt:
-      for (int64_t i = 0; i < n; ++i) out[i] = std::sqrt(a[i]);
+      for (int64_t i = 0; i < n; ++i) out[i] = std::sqrt(a(i));
       break;
     case QueuedOp::Lerp:
       if (std::abs(alpha) < 0.5f) {
-        for (int64_t i = 0; i < n; ++i) out[i] = std::fma(alpha, b(i) - a[i], a[i]);
+        for (int64_t i = 0; i < n; ++i) out[i] = std::fma(alpha, b(i) - a(i), a(i));
       } else {
         const float coeff = alpha - 1.0f;
-        for (int64_t i = 0; i < n; ++i) out[i] = std::fma(coeff, b(i) - a[i], b(i));
+        for (int64_t i = 0; i < n; ++i) out[i] = std::fma(coeff, b(i) - a(i), b(i));
       }
       break;
     case QueuedOp::Addcmul:
-      for (int64_t i = 0; i < n; ++i) out[i] = a[i] + alpha * b(i) * c[i];
+      for (int64_t i = 0; i < n; ++i) out[i] = a(i) + alpha * b(i) * c[i];
       break;
     case QueuedOp::Addcdiv:
-      for (int64_t i = 0; i < n; ++i) out[i] = a[i] + alpha * b(i) / c[i];
+      for (int64_t i = 0; i < n; ++i) out[i] = a(i) + alpha * b(i) / c[i];
       break;
     case QueuedOp::Add:
     case QueuedOp::Sub: {
       const float scale = op == QueuedOp::Sub ? -alpha : alpha;
       if (scale == 1.0f) {
-        for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b(i);
+        for (int64_t i = 0; i < n; ++i) out[i] = a(i) + b(i);
       } else if (scale == -1.0f) {
-        for (int64_t i = 0; i < n; ++i) out[i] = a[i] - b(i);
+        for (int64_t i = 0; i < n; ++i) out[i] = a(i) - b(i);
       } else {
-        for (int64_t i = 0; i < n; ++i) out[i] = std::fma(b(i), scale, a[i]);
+        for (int64_t i = 0; i < n; ++i) out[i] = std::fma(b(i), scale, a(i));
       }
       break;
     }
     case QueuedOp::Mul:
-      for (int64_t i = 0; i < n; ++i) out[i] = a[i] * b(i);
+      for (int64_t i = 0; i < n; ++i) out[i] = a(i) * b(i);
       break;
     case QueuedOp::Div:
-      for (int64_t i = 0; i < n; ++i) out[i] = a[i] / b(i);
+      for (int64_t i = 0; i < n; ++i) out[i] = a(i) / b(i);
+      break;
+    case QueuedOp::Neg:
+      for (int64_t i = 0; i < n; ++i) out[i] = -a(i);
+      break;
+    case QueuedOp::Abs:
+      for (int64_t i = 0; i < n; ++i) out[i] = std::fabs(a(i));
+      break;
+    case QueuedOp::Relu:
+      for (int64_t i = 0; i < n; ++i) out[i] = a(i) < 0.0f ? 0.0f : a(i);
+      break;
+    case QueuedOp::Reciprocal:
+      for (int64_t i = 0; i < n; ++i) out[i] = 1.0f / a(i);
+      break;
+    case QueuedOp::Rsqrt:
+      for (int64_t i = 0; i < n; ++i) out[i] = 1.0f / std::sqrt(a(i));
+      break;
+    case QueuedOp::ThresholdBackward:
+      for (int64_t i = 0; i < n; ++i) out[i] = b(i) <= alpha ? 0.0f : a(i);
+      break;
+    case QueuedOp::SigmoidBackward:
+      for (int64_t i = 0; i < n; ++i) out[i] = a(i) * (1.0f - b(i)) * b(i);
+      break;
+    case QueuedOp::TanhBackward:
+      for (int64_t i = 0; i < n; ++i) out[i] = a(i) * (1.0f - b(i) * b(i));
       break;
   }
 }
+
+// Operands as functors of the element index.
+struct Elements {
+  const float* data;
+  float operator()(int64_t i) const {
+    return data[i];
+  }
+};
+struct Repeated {
+  float value;
+  float operator()(int64_t) const {
+    return value;
+  }
+};
 
 void run(const Entry& e) {
   auto* out = static_cast<float*>(e.out.mutable_data_ptr());
   const auto* a = static_cast<const float*>(e.a.const_data_ptr());
   const auto* c = e.c.defined() ? static_cast<const float*>(e.c.const_data_ptr()) : nullptr;
   const int64_t n = e.out.numel();
-  if (e.b.defined()) {
-    const auto* b = static_cast<const float*>(e.b.const_data_ptr());
-    compute(e.op, out, a, [b](int64_t i) { return b[i]; }, c, e.alpha, n);
-  } else {
-    const float s = e.scalar;
-    compute(e.op, out, a, [s](int64_t) { return s; }, c, e.alpha, n);
+  if (!e.b.defined()) {
+    compute(e.op, out, Elements{a}, Repeated{e.scalar}, c, e.alpha, n);
+    return;
+  }
+  const auto* b = static_cast<const float*>(e.b.const_data_ptr());
+  if (e.period == 0) {
+    compute(e.op, out, Elements{a}, Elements{b}, c, e.alpha, n);
+  } else if (e.period == 1) {  // one value, read now: queued ops before this one may have written it
+    if (e.a_repeats) {
+      compute(e.op, out, Repeated{*a}, Elements{b}, c, e.alpha, n);
+    } else {
+      compute(e.op, out, Elements{a}, Repeated{*b}, c, e.alpha, n);
+    }
+  } else {  // row by row, the repeated operand from its start each time
+    for (int64_t row = 0; row < n; row += e.period) {
+      compute(e.op, out + row, Elements{e.a_repeats ? a : a + row}, Elements{e.a_repeats ? b + row : b}, nullptr,
+              e.alpha, e.period);
+    }
   }
 }
 
@@ -252,18 +347,20 @@ std::optional<Entry> tensorOperands(QueuedOp op, const DirectOp& source, const a
       return std::nullopt;
     }
   }
-  return Entry{op, &source, at::Tensor(), self, b ? *b : at::Tensor(), 0.0f, static_cast<float>(value),
-               c ? *c : at::Tensor()};
+  Entry entry{op, &source, at::Tensor(), self, b ? *b : at::Tensor()};
+  entry.alpha = static_cast<float>(value);
+  entry.c = c ? *c : at::Tensor();
+  return entry;
 }
 
-// A fresh result for `entry` (self's shape, contiguous float32, on its core),
-// then the entry queued; the result.
+// A fresh result for `entry` (the shape of its operand that is not repeated,
+// contiguous float32, on its core), then the entry queued; the result.
 at::Tensor queueOutOfPlace(Entry entry) {
   {
     c10::DeviceGuard guard(entry.a.device());
     entry.out = at::detail::empty_generic(
-        entry.a.sizes(), &neuronAllocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), at::kFloat,
-        c10::MemoryFormat::Contiguous);
+        (entry.a_repeats ? entry.b : entry.a).sizes(), &neuronAllocator(),
+        c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), at::kFloat, c10::MemoryFormat::Contiguous);
   }
   at::Tensor out = entry.out;
   push(std::move(entry));
@@ -313,13 +410,13 @@ bool concatenationEnabled() {
 
 at::Tensor queueBinary(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor& other,
                        double alpha) {
-  auto entry = operands(op, source, self, other, alpha);
+  auto entry = operands(op, source, self, other, alpha, /*in_place=*/false);
   return entry ? queueOutOfPlace(std::move(*entry)) : at::Tensor();
 }
 
 bool queueBinaryInplace(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor& other,
                         double alpha) {
-  auto entry = operands(op, source, self, other, alpha);
+  auto entry = operands(op, source, self, other, alpha, /*in_place=*/true);
   return entry && queueInPlace(std::move(*entry));
 }
 

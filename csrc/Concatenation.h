@@ -1,10 +1,13 @@
 // Adaptive Eager Execution (TorchNeuron's "concatenation", issue #28): eager
 // ops queued and run together as one launch.
 //
-// First step: float32 elementwise add, sub, mul and div (the out-of-place and
-// in-place Tensor overloads), sqrt, lerp (Scalar weight), addcmul and addcdiv
-// (csrc/FastOps.cpp serves them) on contiguous tensors of one shape, or with a
-// scalar operand (add, sub, mul, div), of at most 32,768 elements
+// Float32 elementwise ops (csrc/FastOps.cpp serves them; the out-of-place and
+// in-place forms): add, sub, mul and div (Tensor overloads), sqrt, neg, abs,
+// relu, reciprocal, rsqrt, lerp (Scalar weight), addcmul and addcdiv, and the
+// activation gradients threshold_backward (relu's), sigmoid_backward and
+// tanh_backward, on contiguous tensors of one shape (add, sub, mul, div: or a
+// scalar operand, or one that broadcasts by repeating whole rows), of at most
+// 32,768 elements
 // (PyTorch's grain size: its CPU kernels run them on one thread too), are
 // queued instead of run when TORCH_NEURONX_ENABLE_CONCATENATION is on. The
 // queue runs as one launch, in program order, when anything may read device
@@ -30,7 +33,11 @@
 
 namespace torch_neuronx {
 
-enum class QueuedOp : uint8_t { Add, Sub, Mul, Div, Sqrt, Lerp, Addcmul, Addcdiv };
+enum class QueuedOp : uint8_t {
+  Add, Sub, Mul, Div, Sqrt, Lerp, Addcmul, Addcdiv,
+  Neg, Abs, Relu, Reciprocal, Rsqrt,
+  ThresholdBackward, SigmoidBackward, TanhBackward,
+};
 
 // From TORCH_NEURONX_ENABLE_CONCATENATION, NEURON_LAUNCH_BLOCKING and
 // TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT (torch_neuronx/ops/__init__.py).
@@ -40,12 +47,15 @@ bool concatenationEnabled();
 // `source` is the call's op (its name is the launch's name in get_executed_ops()).
 // `self <op> other` (times alpha for add/sub) queued: its result, or an
 // undefined tensor when the call does not qualify (the caller runs it now).
+// `other` may broadcast to self's shape, or self to other's, by repeating
+// whole rows (a [N] bias over [B, N], a 0-dim tensor).
 at::Tensor queueBinary(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor& other,
                        double alpha);
 // `self <op>= other` queued: false when the call does not qualify.
 bool queueBinaryInplace(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor& other,
                         double alpha);
-// sqrt(self), lerp(self, b, value), addcmul / addcdiv(self, b, c, value=value) queued, every
+// A unary op of self, lerp(self, b, value), addcmul / addcdiv(self, b, c, value=value),
+// threshold_backward(self, b, value), sigmoid_backward / tanh_backward(self, b) queued, every
 // tensor a float32 neuron tensor of self's shape (b, c: nullptr where the op has none).
 at::Tensor queueTensors(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor* b,
                         const at::Tensor* c, double value);

@@ -93,43 +93,61 @@ NEURON_BINARY_KERNELS(div, Div, NEURON_NOTHING, NEURON_NOTHING, 1.0)
 
 // Ops served here only so that concatenation can queue them (Concatenation.h):
 // a call the queue takes is counted here; any other call takes the alias path
-// as before, which counts and records it. One out-of-place and one in-place
-// kernel per op; B and C are the tensors beside self (nullptr where the op has
-// none), VALUE the Scalar (lerp's weight, addcmul/addcdiv's value).
-#define NEURON_QUEUED_KERNELS(NAME, OVERLOAD, OP, PARAMS, ARGS, B, C, VALUE)                   \
+// as before, which counts and records it. NEURON_QUEUED_KERNEL makes an op's
+// out-of-place kernel, NEURON_QUEUED_KERNELS its in-place kernel too; KIND
+// names the parameters after self (NEURON_<KIND>_PARAMS, _ARGS). B and C
+// are the tensors beside self (nullptr where the op has none), VALUE the
+// Scalar (lerp's weight, addcmul/addcdiv's value, threshold_backward's
+// threshold).
+#define NEURON_QUEUED_KERNEL(NAME, OVERLOAD, OP, KIND, B, C, VALUE)                            \
   DirectOp NAME##Op(#NAME OVERLOAD);                                                           \
-  DirectOp NAME##InplaceOp(#NAME "_" OVERLOAD);                                                \
-  at::Tensor NAME##Queued(const at::Tensor& self PARAMS) {                                     \
+  at::Tensor NAME##Queued(const at::Tensor& self NEURON_##KIND##_PARAMS) {                     \
     if (concatenationEnabled()) {                                                              \
       at::Tensor queued = queueTensors(QueuedOp::OP, NAME##Op, self, B, C, VALUE);             \
       if (queued.defined()) {                                                                  \
-        auto call = NAME##Op.enter(self ARGS);                                                 \
+        auto call = NAME##Op.enter(self NEURON_##KIND##_ARGS);                                 \
         return queued;                                                                         \
       }                                                                                        \
     }                                                                                          \
-    return generic(NAME##Op, self ARGS);                                                       \
-  }                                                                                            \
-  at::Tensor& NAME##InplaceQueued(at::Tensor& self PARAMS) {                                   \
+    return generic(NAME##Op, self NEURON_##KIND##_ARGS);                                       \
+  }
+#define NEURON_QUEUED_KERNELS(NAME, OVERLOAD, OP, KIND, B, C, VALUE)                           \
+  NEURON_QUEUED_KERNEL(NAME, OVERLOAD, OP, KIND, B, C, VALUE)                                  \
+  DirectOp NAME##InplaceOp(#NAME "_" OVERLOAD);                                                \
+  at::Tensor& NAME##InplaceQueued(at::Tensor& self NEURON_##KIND##_PARAMS) {                   \
     if (concatenationEnabled() &&                                                              \
         queueTensorsInplace(QueuedOp::OP, NAME##InplaceOp, self, B, C, VALUE)) {               \
-      auto call = NAME##InplaceOp.enter(self ARGS);                                            \
+      auto call = NAME##InplaceOp.enter(self NEURON_##KIND##_ARGS);                            \
       return self;                                                                             \
     }                                                                                          \
-    generic(NAME##InplaceOp, self ARGS);                                                       \
+    generic(NAME##InplaceOp, self NEURON_##KIND##_ARGS);                                       \
     return self;                                                                               \
   }
 
+#define NEURON_UNARY_PARAMS
+#define NEURON_UNARY_ARGS
 #define NEURON_LERP_PARAMS , const at::Tensor& end, const at::Scalar& weight
 #define NEURON_LERP_ARGS , end, weight
 #define NEURON_POINTWISE_PARAMS , const at::Tensor& tensor1, const at::Tensor& tensor2, const at::Scalar& value
 #define NEURON_POINTWISE_ARGS , tensor1, tensor2, value
+// The activation gradients: `self` is the incoming gradient.
+#define NEURON_THRESHOLD_PARAMS , const at::Tensor& input, const at::Scalar& threshold
+#define NEURON_THRESHOLD_ARGS , input, threshold
+#define NEURON_OUTPUT_PARAMS , const at::Tensor& output
+#define NEURON_OUTPUT_ARGS , output
 
-NEURON_QUEUED_KERNELS(sqrt, "", Sqrt, NEURON_NOTHING, NEURON_NOTHING, nullptr, nullptr, 0.0)
-NEURON_QUEUED_KERNELS(lerp, ".Scalar", Lerp, NEURON_LERP_PARAMS, NEURON_LERP_ARGS, &end, nullptr, weight.toDouble())
-NEURON_QUEUED_KERNELS(addcmul, "", Addcmul, NEURON_POINTWISE_PARAMS, NEURON_POINTWISE_ARGS, &tensor1, &tensor2,
-                      value.toDouble())
-NEURON_QUEUED_KERNELS(addcdiv, "", Addcdiv, NEURON_POINTWISE_PARAMS, NEURON_POINTWISE_ARGS, &tensor1, &tensor2,
-                      value.toDouble())
+NEURON_QUEUED_KERNELS(sqrt, "", Sqrt, UNARY, nullptr, nullptr, 0.0)
+NEURON_QUEUED_KERNELS(neg, "", Neg, UNARY, nullptr, nullptr, 0.0)
+NEURON_QUEUED_KERNELS(abs, "", Abs, UNARY, nullptr, nullptr, 0.0)
+NEURON_QUEUED_KERNELS(relu, "", Relu, UNARY, nullptr, nullptr, 0.0)
+NEURON_QUEUED_KERNELS(reciprocal, "", Reciprocal, UNARY, nullptr, nullptr, 0.0)
+NEURON_QUEUED_KERNELS(rsqrt, "", Rsqrt, UNARY, nullptr, nullptr, 0.0)
+NEURON_QUEUED_KERNELS(lerp, ".Scalar", Lerp, LERP, &end, nullptr, weight.toDouble())
+NEURON_QUEUED_KERNELS(addcmul, "", Addcmul, POINTWISE, &tensor1, &tensor2, value.toDouble())
+NEURON_QUEUED_KERNELS(addcdiv, "", Addcdiv, POINTWISE, &tensor1, &tensor2, value.toDouble())
+NEURON_QUEUED_KERNEL(threshold_backward, "", ThresholdBackward, THRESHOLD, &input, nullptr, threshold.toDouble())
+NEURON_QUEUED_KERNEL(sigmoid_backward, "", SigmoidBackward, OUTPUT, &output, nullptr, 0.0)
+NEURON_QUEUED_KERNEL(tanh_backward, "", TanhBackward, OUTPUT, &output, nullptr, 0.0)
 
 } // namespace
 
@@ -144,12 +162,25 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   divInplaceOp.registerKernel(m, divInplace);
   sqrtOp.registerKernel(m, sqrtQueued);
   sqrtInplaceOp.registerKernel(m, sqrtInplaceQueued);
+  negOp.registerKernel(m, negQueued);
+  negInplaceOp.registerKernel(m, negInplaceQueued);
+  absOp.registerKernel(m, absQueued);
+  absInplaceOp.registerKernel(m, absInplaceQueued);
+  reluOp.registerKernel(m, reluQueued);
+  reluInplaceOp.registerKernel(m, reluInplaceQueued);
+  reciprocalOp.registerKernel(m, reciprocalQueued);
+  reciprocalInplaceOp.registerKernel(m, reciprocalInplaceQueued);
+  rsqrtOp.registerKernel(m, rsqrtQueued);
+  rsqrtInplaceOp.registerKernel(m, rsqrtInplaceQueued);
   lerpOp.registerKernel(m, lerpQueued);
   lerpInplaceOp.registerKernel(m, lerpInplaceQueued);
   addcmulOp.registerKernel(m, addcmulQueued);
   addcmulInplaceOp.registerKernel(m, addcmulInplaceQueued);
   addcdivOp.registerKernel(m, addcdivQueued);
   addcdivInplaceOp.registerKernel(m, addcdivInplaceQueued);
+  threshold_backwardOp.registerKernel(m, threshold_backwardQueued);
+  sigmoid_backwardOp.registerKernel(m, sigmoid_backwardQueued);
+  tanh_backwardOp.registerKernel(m, tanh_backwardQueued);
 }
 
 } // namespace torch_neuronx

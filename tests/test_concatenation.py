@@ -1,6 +1,7 @@
 """Adaptive Eager Execution's queue (TORCH_NEURONX_ENABLE_CONCATENATION; csrc/Concatenation.h):
-float32 elementwise add/sub/mul/div, sqrt, lerp, addcmul and addcdiv queued and run as one launch
-when a value is needed. The reference is the same program on CPU tensors; the queued formulas are
+float32 elementwise add/sub/mul/div (with broadcast operands), sqrt, neg, abs, relu, reciprocal,
+rsqrt, lerp, addcmul, addcdiv and the activation gradients (threshold_backward, sigmoid_backward,
+tanh_backward) queued and run as one launch when a value is needed. The reference is the same program on CPU tensors; the queued formulas are
 PyTorch's own, so results are compared bit for bit where PyTorch computes one IEEE operation per
 element (alpha 1, mul, div) and at float32 rounding (assert_close's float32 rtol 1.3e-6, atol 1e-5)
 where PyTorch's CPU result depends on the instruction set (its fused multiply-adds on AVX2/AVX-512,
@@ -82,8 +83,8 @@ def test_every_overload_and_operand_kind_matches_cpu(queueing):
         getattr(inplace, op)(1.5)
         getattr(reference, op)(1.5)
     # Every call but `3 - na` (rsub: PyTorch passes the scalar first, on the CPU, so it runs unqueued);
-    # `1 / nb` is reciprocal (unqueued) times 1 (queued).
-    assert queued_since(before) == len(results) - 1 + 8
+    # `1 / nb` is reciprocal times 1 (both queued).
+    assert queued_since(before) == len(results) + 8
     for got, want in zip(results, expected):
         assert torch.equal(got.cpu(), want)
     assert torch.equal(inplace.cpu(), reference)
@@ -310,3 +311,122 @@ def test_a_compiled_graph_sees_queued_writes_to_an_input_it_read_before(queueing
     assert torch.equal(compiled(w).cpu(), torch.full((64,), 3.0))
     w.add_(1)  # queued
     assert torch.equal(compiled(w).cpu(), torch.full((64,), 6.0))
+
+
+# (self shape, other shape): the other operand, or self, repeats whole rows of the result.
+BROADCASTS = [((4, 8), (8,)), ((8,), (4, 8)), ((2, 3, 4), (3, 4)), ((2, 3, 4), (1, 4)), ((5, 6), ()),
+              ((), (5, 6)), ((5, 6), (1,)), ((1, 6), (6,)), ((3, 1, 4), (4,)), ((8,), (2, 1, 8)),
+              ((4, 8), (2, 4, 8))]
+
+
+@pytest.mark.parametrize("shapes", BROADCASTS, ids=str)
+def test_operands_that_repeat_whole_rows_are_queued_and_match_cpu_bit_for_bit(queueing, shapes):
+    g = torch.Generator().manual_seed(11)
+    a, b = torch.randn(shapes[0], generator=g), torch.rand(shapes[1], generator=g) + 0.5
+    na, nb = a.to(DEV), b.to(DEV)
+    before = stats()
+    got = [na + nb, na - nb, na * nb, na / nb, na.sub(nb, alpha=2), nb - na, nb / na]
+    want = [a + b, a - b, a * b, a / b, a.sub(b, alpha=2), b - a, b / a]
+    inplace = None
+    if a.numel() >= b.numel():  # the in-place forms need self to be the full operand
+        inplace, reference = na.clone(), a.clone()
+        inplace.mul_(nb).add_(nb, alpha=0.5).div_(nb)
+        reference.mul_(b).add_(b, alpha=0.5).div_(b)
+    assert queued_since(before) == len(got) + (3 if inplace is not None else 0)
+    for x, y in zip(got, want):
+        assert x.shape == y.shape and x.is_contiguous()
+    # alpha 2: one fused multiply-add here, as PyTorch's CPU kernel on AVX2/AVX-512 only
+    torch.testing.assert_close(got[4].cpu(), want[4])
+    for x, y in zip(got[:4] + got[5:], want[:4] + want[5:]):
+        assert torch.equal(x.cpu(), y)
+    if inplace is not None:
+        torch.testing.assert_close(inplace.cpu(), reference)
+
+
+def test_a_repeated_operand_is_read_when_its_turn_comes(queueing):
+    """A 0-dim or row operand written by a queued op before the call is read with that write."""
+    x, s, row = torch.randn(4, 8), torch.tensor(2.0), torch.randn(8)
+    nx, ns, nrow = x.to(DEV), s.to(DEV), row.to(DEV)
+    ns.mul_(3)
+    nrow.add_(1)
+    got = nx * ns + nrow
+    ns.add_(100)  # queued after: must not be seen
+    nrow.zero_()
+    assert torch.equal(got.cpu(), x * (s * 3) + (row + 1))
+
+
+@pytest.mark.parametrize("shapes", [((4, 8), (4, 1)), ((4, 1), (1, 8)), ((2, 1, 8), (3, 8)), ((4, 1, 8), (3, 1))],
+                         ids=str)
+def test_other_broadcasts_run_unqueued_and_match_cpu(queueing, shapes):
+    a, b = torch.randn(shapes[0]), torch.randn(shapes[1])
+    before = stats()
+    got = a.to(DEV) * b.to(DEV)
+    assert queued_since(before) == 0
+    assert torch.equal(got.cpu(), a * b)
+
+
+def test_an_in_place_op_that_would_broadcast_self_raises_as_on_cpu(queueing):
+    with pytest.raises(RuntimeError, match=r"output with shape \[8\] doesn't match the broadcast shape \[4, 8\]"):
+        torch.ones(8, device=DEV).add_(torch.ones(4, 8, device=DEV))
+    x = torch.randn(4, 8, device=DEV)
+    with pytest.raises(RuntimeError, match="refer to a single memory location"):
+        x[:3].add_(x[2])  # the repeated row lies inside the written rows: PyTorch refuses it
+
+
+SPECIALS = torch.tensor([0.0, -0.0, 1.0, -1.0, 0.25, -3.5, 1e-30, 1e30, float("inf"), float("-inf"), float("nan")])
+
+
+@pytest.mark.parametrize("op", ["neg", "abs", "relu", "reciprocal", "rsqrt", "sqrt"])
+def test_unary_ops_are_queued_and_match_cpu_including_special_values(queueing, op):
+    g = torch.Generator().manual_seed(12)
+    a = torch.cat([torch.randn(198, generator=g), SPECIALS]).reshape(11, 19)
+    na = a.to(DEV)
+    before = stats()
+    got, got_inplace = getattr(na, op)(), getattr(na.clone(), op + "_")()
+    assert queued_since(before) == 2
+    want = getattr(a, op)()
+    # one IEEE operation per element (rsqrt: 1 / sqrt, both correctly rounded) except PyTorch's
+    # vectorized sqrt, which is not correctly rounded on every CPU
+    rtol = 1.3e-6 if op == "sqrt" else 0
+    for x in (got, got_inplace):
+        torch.testing.assert_close(x.cpu(), want, rtol=rtol, atol=0, equal_nan=True)
+
+
+@pytest.mark.filterwarnings("ignore:.*float64 arithmetic")
+def test_non_float32_or_strided_calls_run_unqueued_and_match_cpu(queueing):
+    x = torch.randn(6, 4)
+    cases = [x.double(), x.half(), (x * 10).int(), x.t()]
+    before = stats()
+    for t in cases:
+        for op in ("neg", "abs", "relu"):
+            torch.testing.assert_close(getattr(t.to(DEV), op)().cpu(), getattr(t, op)())
+    assert queued_since(before) == 0
+
+
+@pytest.mark.parametrize("act", [torch.relu, torch.sigmoid, torch.tanh, torch.nn.functional.relu6], ids=str)
+def test_activation_gradients_are_queued_and_match_cpu(queueing, act):
+    g = torch.Generator().manual_seed(13)
+    x, w, grad = torch.randn(16, 32, generator=g), torch.randn(32, 32, generator=g), torch.randn(16, 32, generator=g)
+    results = []
+    for device in ("cpu", DEV):
+        xd, wd = x.clone().to(device).requires_grad_(), w.clone().to(device).requires_grad_()
+        y = act(xd @ wd) * 2
+        y.backward(grad.to(device))
+        results.append([t.detach().cpu() for t in (y, xd.grad, wd.grad)])
+    executed = torch_neuronx.get_executed_ops()
+    if act in (torch.relu, torch.sigmoid, torch.tanh):
+        name = {torch.relu: "threshold_backward", torch.sigmoid: "sigmoid_backward", torch.tanh: "tanh_backward"}[act]
+        assert any(f"aten::{name}" in key and "|" in key for key in executed), sorted(executed)
+    for got, want in zip(results[1], results[0]):
+        torch.testing.assert_close(got, want)
+
+
+def test_relu_keeps_nan_and_the_threshold_gradient_passes_it(queueing):
+    x = torch.tensor([float("nan"), -1.0, 0.0, 2.0], device=DEV, requires_grad=True)
+    y = torch.relu(x)
+    y.backward(torch.ones(4, device=DEV))
+    assert torch.isnan(y.cpu()[0]) and y.cpu()[1:].tolist() == [0.0, 0.0, 2.0]
+    # threshold_backward: the gradient flows where the input is not <= 0 (NaN included), as on CPU
+    xc = x.detach().cpu().requires_grad_()
+    torch.relu(xc).backward(torch.ones(4))
+    assert torch.equal(x.grad.cpu(), xc.grad)

@@ -195,6 +195,8 @@ FAST_PATH_OVERLOADS = frozenset({
     "mul.Tensor", "mul_.Tensor", "div.Tensor", "div_.Tensor",
     # served there so that concatenation can queue them (csrc/Concatenation.h)
     "sqrt", "sqrt_", "lerp.Scalar", "lerp_.Scalar", "addcmul", "addcmul_", "addcdiv", "addcdiv_",
+    "neg", "neg_", "abs", "abs_", "relu", "relu_", "reciprocal", "reciprocal_", "rsqrt", "rsqrt_",
+    "threshold_backward", "sigmoid_backward", "tanh_backward",
 })
 
 # FP8 compute: native (eager and lowered) on instance profiles with FP8 (Trainium3),

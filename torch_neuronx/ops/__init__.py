@@ -134,7 +134,7 @@ def _tracked(qualified: str, kernel):
 
 def _register_python_kernels(kernels: dict, key: str = "PrivateUse1") -> None:
     """Native ops implemented in Python (ops/rnn.py, histogram.py, topk.py, float8.py, sparse.py,
-    sync_batch_norm.py, linear.py, composites.py, attention.py) for a neuron key."""
+    sync_batch_norm.py, composites.py, attention.py) for a neuron key."""
     library = torch.library.Library("aten", "IMPL")
     for name, kernel in kernels.items():
         library.impl(name, patching.hide_from_dynamo(_tracked("aten::" + name, kernel)), key)
@@ -161,7 +161,7 @@ def _register_meta_kernels(kernels: dict) -> None:
 
 
 def register() -> None:
-    from torch_neuronx.ops import attention, composites, float8, histogram, linear, rnn, sparse, sync_batch_norm, topk
+    from torch_neuronx.ops import attention, composites, float8, histogram, rnn, sparse, sync_batch_norm, topk
 
     _C._register_native_ops(native_overloads())
     _C._record_op_flags(fronted_overloads())
@@ -173,7 +173,6 @@ def register() -> None:
         _register_python_kernels(float8.KERNELS)
         _register_python_kernels(sync_batch_norm.KERNELS)
         _register_meta_kernels(sync_batch_norm.META_KERNELS)
-        _register_python_kernels(linear.KERNELS)
         _register_python_kernels(composites.KERNELS)
         _register_autograd_kernels(composites.AUTOGRAD_KERNELS)
         _register_python_kernels(attention.KERNELS)

@@ -92,7 +92,7 @@ RECORDS: tuple[Evidence, ...] = (
              note="boolean masks only (csrc/MaskIndex.cpp); integer indices take one index kernel"),
     # ----------------------------------------------------- one device kernel in the release
     _one_kernel("linear", "torch_mlir/ops/linear_algebra.py (aten::linear, linear.out)", True,
-                "its gradient is one linear_backward kernel (ops/linear.py); tensor subclasses (DTensor, "
+                "its gradient is one linear_backward kernel (csrc/Linear.cpp); tensor subclasses (DTensor, "
                 "which has no sharding rule for linear in PyTorch 2.13) and functorch keep PyTorch's composite"),
     _one_kernel("full", "torch_mlir/ops/creation.py (aten::full, full.out)", True),
     _one_kernel("zeros", "torch_mlir/ops/creation.py (aten::zeros, zeros.out)", True),

@@ -18,23 +18,17 @@ from __future__ import annotations
 
 import torch
 
-from torch_neuronx.ops.composites import on_host_aliases
-
 _aten = torch.ops.aten
 
 
 def linear_backward(input: torch.Tensor, grad_output: torch.Tensor, weight: torch.Tensor, output_mask):
     """(grad_input, grad_weight, grad_bias) of y = input @ weight.T + bias, each
-    only where output_mask asks for it (None otherwise, an undefined tensor)."""
+    only where output_mask asks for it (None otherwise, an undefined tensor).
+    csrc/Linear.cpp's linearBackwardFormula is the same formula."""
     rows = grad_output.reshape(-1, grad_output.shape[-1])
     return (grad_output.matmul(weight) if output_mask[0] else None,
             rows.t().matmul(input.reshape(-1, input.shape[-1])) if output_mask[1] else None,
             rows.sum(0) if output_mask[2] else None)
 
 
-def _linear_backward_kernel(input, grad_output, weight, output_mask):
-    return on_host_aliases(linear_backward, grad_output.device.index, input, grad_output, weight, output_mask)
-
-
-KERNELS = {"linear_backward": _linear_backward_kernel}
 DECOMPOSITIONS = {_aten.linear_backward.default: linear_backward}

@@ -169,10 +169,11 @@ CPP_KERNELS = frozenset({
     "convolution_backward_overrideable", "native_dropout", "_has_compatible_shallow_copy_type",
     "new_empty",
     "_fused_sdp_choice",  # TorchNeuron's SDPA backend choice, the dispatch stub's answer (metadata only)
+    "linear_backward",  # csrc/Linear.cpp: its formula on host aliases (no CPU kernel to alias)
 })
 # Python: the KERNELS of torch_neuronx/ops/rnn.py, histogram.py, topk.py, float8.py,
-# sync_batch_norm.py, linear.py, composites.py and attention.py. Those of the last four have no CPU
-# kernel for the alias path (CUDA-only, autograd-only or backend-only ops); the first three of them
+# sync_batch_norm.py, composites.py and attention.py. Those of the last three have no CPU
+# kernel for the alias path (CUDA-only, autograd-only or backend-only ops); the first two of them
 # compile through their decompositions (compiler/aot.py), attention's ops through their lowerings
 # (with dropout, their decompositions).
 PYTHON_KERNELS = frozenset({
@@ -180,7 +181,7 @@ PYTHON_KERNELS = frozenset({
     "_thnn_fused_gru_cell", "_thnn_fused_gru_cell_backward", "_scaled_mm", "_scaled_grouped_mm",
     "_scaled_mm_v2", "_scaled_grouped_mm_v2",
     "batch_norm_stats", "batch_norm_elemt", "batch_norm_backward_reduce", "batch_norm_backward_elemt",
-    "batch_norm_gather_stats_with_counts", "linear_backward", "_fused_rms_norm_backward",
+    "batch_norm_gather_stats_with_counts", "_fused_rms_norm_backward",
     "_scaled_dot_product_fused_attention_overrideable", "_scaled_dot_product_fused_attention_overrideable_backward",
 })
 DIRECT_KERNELS = CPP_KERNELS | PYTHON_KERNELS
@@ -213,7 +214,7 @@ FP8_COMPUTE = frozenset({"_scaled_mm", "_scaled_grouped_mm", "_scaled_mm_v2", "_
 # none, as on the CPU); isfinite and one_hot return no
 # floating tensor; index_select_backward and value_selecting_reduction_backward keep
 # their composites when a gradient flows through them (ops/composites.py); linear's
-# autograd kernel (ops/linear.py) makes its gradient one linear_backward kernel.
+# autograd kernel (csrc/Linear.cpp) makes its gradient one linear_backward kernel.
 # torch.compile decomposes each while tracing, as before.
 ONE_KERNEL_COMPOSITES = frozenset({
     "linear", "isfinite", "one_hot", "_fused_rms_norm", "silu_backward", "index_select_backward",

@@ -18,7 +18,8 @@ cache hits). One thread, as torchrun sets.
 The cases are issue #28's item 5: a chain of 20 elementwise ops on 1,024 float32, an optimizer step
 with foreach=False over 100 small parameters (SGD with momentum, and AdamW), a LayerNorm+GELU MLP
 forward at batch 1, and bench_eager.py's two training steps (MLP, transformer), which must not get
-slower with the queue on.
+slower with the queue on; and a small ReLU MLP's training step with SGD(foreach=False), where the
+queue takes the activations, their gradients and the optimizer's arithmetic.
 """
 
 from __future__ import annotations
@@ -87,6 +88,23 @@ def _mlp_forward(device):
     return step, step
 
 
+def _small_relu_step(device):
+    """A small ReLU MLP's training step with SGD(foreach=False): dispatch-bound on the CPU; the queue
+    takes the ReLU, its gradient (threshold_backward) and the optimizer's arithmetic."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128),
+                                torch.nn.ReLU(), torch.nn.Linear(128, 64)).to(device)
+    g = torch.Generator().manual_seed(1)
+    x, target = torch.randn(8, 64, generator=g).to(device), torch.randn(8, 64, generator=g).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9, foreach=False)
+
+    def step():
+        opt.zero_grad(set_to_none=False)
+        torch.nn.functional.mse_loss(model(x), target).backward()
+        opt.step()
+    return step, lambda: model[0].weight.detach()
+
+
 def _training(make):
     def build(device):
         setup = make(device)
@@ -99,6 +117,7 @@ CASES = [
     Case("sgd_step", "SGD step, momentum, foreach=False, 100 x 64 float32 parameters", _optimizer("sgd")),
     Case("adamw_step", "AdamW step, foreach=False, 100 x 64 float32 parameters", _optimizer("adamw")),
     Case("mlp_fwd_b1", "LayerNorm+GELU MLP forward, batch 1 (Linear 256-1024-256)", _mlp_forward),
+    Case("relu_mlp_step", "ReLU MLP 64-128-128-64 training step, batch 8, SGD foreach=False", _small_relu_step),
     Case("mlp_step", "MLP training step (bench_eager.py)", _training(bench_eager.make_mlp)),
     Case("transformer_step", "Transformer training step (bench_eager.py)", _training(bench_eager.make_transformer)),
 ]
@@ -132,6 +151,7 @@ def _check(case: Case, steps: dict) -> None:
 
 
 def run_case(case: Case, rounds: int, block_s: float) -> dict:
+    case_start = _C._concatenation_stats()
     steps = {mode: case.make("cpu" if mode == "cpu" else "neuron") for mode in MODES}
     _check(case, steps)
     # Iterations per block: about block_s of CPU time.
@@ -149,6 +169,10 @@ def run_case(case: Case, rounds: int, block_s: float) -> dict:
         on_iterations += iterations
     torch_neuronx.ops.set_concatenation(False)
     launches, ops, _ = (a - b for a, b in zip(_C._concatenation_stats(), stats_before))
+    # Over the whole case (check, warm-up, rounds): the op sequences first launched in it (what
+    # TorchNeuron would compile: each compiles once) and the share of launches that reuse one.
+    case_launches, _, new_sequences = (a - b for a, b in zip(_C._concatenation_stats(), case_start))
+    hit_rate = 1 - new_sequences / case_launches if case_launches else None
 
     def ratio(mode, base):
         values = sorted(t / c for t, c in zip(times[mode], times[base]))
@@ -157,7 +181,7 @@ def run_case(case: Case, rounds: int, block_s: float) -> dict:
     return {"case": case, "cpu_us": statistics.median(times["cpu"]) * 1e6, "off": ratio("off", "cpu"),
             "on": ratio("on", "cpu"), "on_off": ratio("on", "off"),
             "launches": launches / on_iterations, "ops": ops / on_iterations,
-            "sequences": _C._concatenation_stats()[2]}
+            "new_sequences": new_sequences, "hit_rate": hit_rate}
 
 
 def report(results: list, rounds: int) -> str:
@@ -174,14 +198,19 @@ def report(results: list, rounds: int) -> str:
         f"- Command: `python benchmarks/bench_concatenation.py --write` ({datetime.date.today().isoformat()}, "
         f"torch {torch.__version__}, {platform.machine()}, 1 thread, {rounds} interleaved rounds)",
         "- Ratios: median [25th-75th percentile] of per-round time / CPU eager time; lower is faster. "
-        "`on / off`: the queue's own effect. Launches and queued ops are per iteration, queue on.",
+        "`on / off`: the queue's own effect. Launches and queued ops are per iteration, queue on. "
+        "Sequences: distinct op sequences first launched in the case (each one a compilation on "
+        "TorchNeuron, none here: the queue runs C++ loops); reuse: the share of the case's launches "
+        "that run a sequence launched before (TorchNeuron's compile-cache hit rate over the run).",
         "",
-        "| Case | CPU eager (us) | neuron, queue off | neuron, queue on | on / off | launches | queued ops |",
-        "|---|---|---|---|---|---|---|",
+        "| Case | CPU eager (us) | neuron, queue off | neuron, queue on | on / off | launches | queued ops "
+        "| sequences | reuse |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
+        reuse = "-" if r["hit_rate"] is None else f"{r['hit_rate']:.3f}"
         lines.append(f"| {r['case'].label} | {r['cpu_us']:.1f} | {fmt(r['off'])} | {fmt(r['on'])} | "
-                     f"{fmt(r['on_off'])} | {r['launches']:.2f} | {r['ops']:.1f} |")
+                     f"{fmt(r['on_off'])} | {r['launches']:.2f} | {r['ops']:.1f} | {r['new_sequences']} | {reuse} |")
     lines += ["", f"Distinct op sequences launched in the run: {_C._concatenation_stats()[2]}."]
     return "\n".join(lines)
 
@@ -207,7 +236,8 @@ def main(argv=None) -> int:
     def ratio(r):
         return {"median": r[0], "p25": r[1], "p75": r[2]}
     payload = [{"name": r["case"].name, "cpu_us": r["cpu_us"], "off": ratio(r["off"]), "on": ratio(r["on"]),
-                "on_off": ratio(r["on_off"]), "launches": r["launches"], "ops": r["ops"]} for r in results]
+                "on_off": ratio(r["on_off"]), "launches": r["launches"], "ops": r["ops"],
+                "new_sequences": r["new_sequences"], "hit_rate": r["hit_rate"]} for r in results]
     publish("concatenation", report(results, rounds), write=args.write and not args.quick,
             json_path=args.json, payload=payload)
     return 0

@@ -431,3 +431,37 @@ def test_module_to_neuron_keeps_parameter_objects_like_cuda():
     assert not torch.equal(weight.detach().cpu(), before)
     model.to("cpu")
     assert model.weight is weight and weight.device.type == "cpu"
+
+
+def _backward_thread(x: torch.Tensor) -> tuple[int, torch.Tensor]:
+    """(thread id the gradient hook ran on, x's gradient) of (x * 3).sum().backward()."""
+    import threading
+
+    ran_on = []
+    leaf = x.detach().clone().requires_grad_()
+    y = leaf * 3
+    y.register_hook(lambda g: ran_on.append(threading.get_ident()))
+    y.sum().backward()
+    return ran_on[0], leaf.grad.cpu()
+
+
+def test_backward_runs_on_the_calling_thread_and_a_device_thread_on_request():
+    """The importing thread runs its backward passes itself (torch_neuronx/_startup.py: the
+    autograd engine's hand-off to a device thread only costs time here); another thread, or a
+    block under set_multithreading_enabled(True), uses the engine's device thread; the same
+    gradients either way."""
+    import threading
+
+    x = torch.randn(5, device=NEURON)
+    here, grad = _backward_thread(x)
+    assert here == threading.get_ident()
+    assert torch.equal(grad, torch.full((5,), 3.0))
+    with torch.autograd.set_multithreading_enabled(True):
+        there, grad_there = _backward_thread(x)
+    assert there != threading.get_ident() and torch.equal(grad_there, grad)
+    assert _backward_thread(x)[0] == threading.get_ident()  # the block restored the setting
+    other = {}
+    worker = threading.Thread(target=lambda: other.update(zip(("thread", "grad"), _backward_thread(x))))
+    worker.start()
+    worker.join()
+    assert other["thread"] != worker.ident and torch.equal(other["grad"], grad)

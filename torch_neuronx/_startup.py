@@ -29,6 +29,8 @@ def run() -> None:
         _reading_configuration(_register_device)
     # After the device name exists: the c10d backend is registered for the "neuron" device type.
     _register_distributed()
+    # Backward passes of this thread run on it, not handed to a device thread.
+    _run_backward_on_the_calling_thread()
     # Patches HF libraries' neuron gaps when (if ever) they are imported; reads
     # TORCH_NEURONX_DISABLE_INTEGRATIONS.
     _reading_configuration(_install_integrations)
@@ -59,6 +61,20 @@ def _reading_configuration(step: Callable[[], None]) -> None:
 
         cli.exit_if_command(error)
         raise
+
+
+def _run_backward_on_the_calling_thread() -> None:
+    """PyTorch's autograd engine gives each accelerator device a thread of its own and hands it
+    every backward pass that reaches a device tensor: for CUDA this lets the CPU queue kernels
+    while the caller waits. The emulator's kernels run on the CPU as they are called, so the
+    hand-off (two thread wake-ups per backward) only adds time: about 100 us per backward pass
+    on a 2-core machine, a third of a small ReLU MLP's training step (benchmarks/RESULTS.md,
+    bench_concatenation's relu_mlp_step). The engine's one switch for this is per thread
+    (torch.autograd.set_multithreading_enabled(False), as CPU tensors always run): set here for
+    the importing thread, where training loops run; a backward started on another thread keeps the
+    device thread (same results, the hand-off's cost). `with
+    torch.autograd.set_multithreading_enabled(True):` restores the device thread for a block."""
+    torch.autograd.set_multithreading_enabled(False)
 
 
 def _configure_logging() -> None:

@@ -126,13 +126,16 @@ def _library_frame(frame, user_frame):
 def user_site(with_library: bool = False) -> tuple | None:
     """(file, line, function, backward) of the first frame outside torch, the
     libraries and the standard library; for a call made by the autograd engine's
-    thread (a backward op), the line the main thread is at (loss.backward()).
+    device thread (a backward op), the line the main thread is at (loss.backward()).
     with_library: a fifth item, the innermost third-party library frame on the
     way there (file, line, function), or None: the call was made inside that
     library (the HF Trainer's own .item()), not on the user's line."""
     start = sys._getframe(1)
     frame = _first_user_frame(start)
-    backward = False
+    # A backward op: run by the autograd engine on this thread (the line is the user's
+    # loss.backward(); torch_neuronx/_startup.py keeps the importing thread's backward passes
+    # on it) or on the engine's device thread (below).
+    backward = torch._C._current_graph_task_id() != -1
     if frame is None and threading.get_ident() != threading.main_thread().ident:
         start = sys._current_frames().get(threading.main_thread().ident)
         frame = _first_user_frame(start)

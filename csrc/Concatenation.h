@@ -43,6 +43,9 @@ enum class QueuedOp : uint8_t {
 // TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT (torch_neuronx/ops/__init__.py).
 void setConcatenation(bool enabled, bool launch_blocking, int64_t buffer_limit);
 bool concatenationEnabled();
+// Tests: run the queue with the loops built for any CPU of the architecture even
+// where the AVX2+FMA ones could run (both must give the same bits).
+void useAnyCpuLoops(bool any_cpu);
 
 // `source` is the call's op (its name is the launch's name in get_executed_ops()).
 // `self <op> other` (times alpha for add/sub) queued: its result, or an

@@ -378,6 +378,8 @@ PYBIND11_MODULE(_C, m) {
         py::arg("buffer_limit"),
         "Adaptive Eager Execution's queue on or off (Concatenation.h); runs what is queued first.");
   m.def("_concatenation_enabled", &tn::concatenationEnabled);
+  m.def("_concatenation_any_cpu_loops", &tn::useAnyCpuLoops, py::arg("any_cpu"),
+        "Tests: the queue's loops built for any CPU, even where AVX2+FMA ones could run.");
   m.def("_concatenation_stats", [] {
     const auto stats = tn::concatenationStats();
     return std::make_tuple(stats.launches, stats.ops, stats.sequences);

@@ -430,3 +430,30 @@ def test_relu_keeps_nan_and_the_threshold_gradient_passes_it(queueing):
     xc = x.detach().cpu().requires_grad_()
     torch.relu(xc).backward(torch.ones(4))
     assert torch.equal(x.grad.cpu(), xc.grad)
+
+
+def _every_queued_op(g):
+    """Each queued op once, on 1,000 values (specials included) and a repeated row; the results."""
+    a = torch.cat([torch.randn(989, generator=g) * 10, SPECIALS]).reshape(40, 25).to(DEV)
+    b = (torch.rand(40, 25, generator=g) + 0.5).to(DEV)
+    row = torch.randn(25, generator=g).to(DEV)
+    c = b.clone()
+    return [a + b, a - row, a.add(b, alpha=0.37), a.sub(row, alpha=-1.7), a * row, a / b, a * 3.3, row - a,
+            b.sqrt(), a.neg(), a.abs(), a.relu(), b.reciprocal(), b.rsqrt(), torch.lerp(a, b, 0.3),
+            torch.lerp(a, b, 0.8), torch.addcmul(a, b, c, value=0.7), torch.addcdiv(a, b, c, value=-1.3),
+            torch.ops.aten.threshold_backward(a, b - 1, 0.1), torch.ops.aten.sigmoid_backward(a, b),
+            torch.ops.aten.tanh_backward(a, b), a.clone().add_(row, alpha=2.5)]
+
+
+def test_the_loops_for_any_cpu_give_the_same_bits(queueing):
+    """The queue's loops are built twice (any CPU of the architecture; x86-64 with AVX2 and FMA):
+    every formula is elementwise and std::fma is correctly rounded, so both give the same bits
+    (on a CPU without AVX2 and FMA both runs take the first)."""
+    fast = [t.cpu() for t in _every_queued_op(torch.Generator().manual_seed(21))]
+    _C._concatenation_any_cpu_loops(True)
+    try:
+        portable = [t.cpu() for t in _every_queued_op(torch.Generator().manual_seed(21))]
+    finally:
+        _C._concatenation_any_cpu_loops(False)
+    for x, y in zip(fast, portable):
+        assert torch.equal(x.view(torch.int32), y.view(torch.int32))

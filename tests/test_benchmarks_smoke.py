@@ -76,14 +76,20 @@ def test_bench_profiler_quick_runs(tmp_path):
 def test_bench_concatenation_quick_runs(tmp_path):
     """Every case checks the queue's results against CPU eager before timing (the script fails
     otherwise) and reports finite ratios; the chain and the SGD step queue all their arithmetic,
-    the MLP forward queues nothing."""
+    the MLP forward queues nothing; the small ReLU MLP step queues its ReLUs, their gradients and
+    its optimizer's arithmetic; each case reports the sequences it launched first and their reuse."""
     results = {r["name"]: r for r in _run_quick("bench_concatenation.py", tmp_path / "c.json", timeout=600)}
-    assert set(results) == {"chain20", "sgd_step", "adamw_step", "mlp_fwd_b1", "mlp_step", "transformer_step"}
+    assert set(results) == {"chain20", "sgd_step", "adamw_step", "mlp_fwd_b1", "relu_mlp_step", "mlp_step",
+                            "transformer_step"}
     for name, r in results.items():
         for key in ("off", "on", "on_off"):
             assert r[key]["p25"] <= r[key]["median"] <= r[key]["p75"] and r[key]["median"] > 0, (name, key)
     assert results["chain20"]["ops"] == 20 and results["sgd_step"]["ops"] == 300
-    assert results["mlp_fwd_b1"]["ops"] == 0
+    assert results["mlp_fwd_b1"]["ops"] == 0 and results["mlp_fwd_b1"]["hit_rate"] is None
+    # 2 ReLUs, 2 threshold_backward, and for each of the 6 parameters the gradient accumulated into
+    # its zeroed .grad (add_) and SGD with momentum's 3 ops (the check step made the buffers)
+    assert results["relu_mlp_step"]["ops"] == 4 + 6 * (1 + 3), results["relu_mlp_step"]
+    assert results["chain20"]["new_sequences"] >= 1 and 0 < results["chain20"]["hit_rate"] < 1
 
 
 def test_results_sections_are_replaced_not_appended(tmp_path):

@@ -14,8 +14,8 @@
 // Both are C++ because every linear call on the device goes through them: as
 // Python kernels the autograd kernel cost about 9 us a call (a Linear(256, 1024)
 // at batch 1 took 38 us on `neuron` against 29 us on CPU) and linear_backward's
-// about 20 us (a ReLU MLP 64-128-128-64's training step at batch 8 took twice
-// the CPU's time).
+// about 40 us (a Linear(64, 128) at batch 8, forward and backward: 141 us, 101 us
+// in C++, 80 us on CPU).
 //
 // - Tensor subclasses (DTensor, Dynamo's fake tensors, functionalization) and
 //   functorch transforms keep PyTorch's composite: DTensor has sharding rules

@@ -11,6 +11,7 @@
 #include <ATen/MemoryOverlap.h>
 #include <c10/core/DeviceGuard.h>
 
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 #include <optional>
@@ -186,7 +187,7 @@ std::optional<Entry> operands(QueuedOp op, const DirectOp& source, const at::Ten
 // The loops below are vectorized only at -O3 (GCC 12's -O2 does not vectorize
 // a loop that needs a run-time check that out and its inputs do not overlap,
 // and in-place calls do overlap), so they ask for it. They are inlined into two
-// entry points (runOnHost): one for any CPU of the build's architecture, one
+// entry points (computeAnyCpu, computeAvx2Fma): one for any CPU of the build's architecture, one
 // for x86-64 CPUs with AVX2 and FMA, where std::fma (add/sub with alpha, lerp)
 // is one vector instruction instead of a libm call per element. The results
 // are the same on both: every formula is elementwise, std::fma is correctly
@@ -293,6 +294,10 @@ struct Repeated {
   }
 };
 
+// A repeated operand shorter than half of this is tiled to about this many
+// elements before the loops run (computeEntry).
+constexpr int64_t kTileElements = 512;
+
 // One entry's loops, on its operands' memory.
 NEURON_INLINE void computeEntry(const Entry& e, float* out, const float* a, const float* b, const float* c) {
   const int64_t n = e.out.numel();
@@ -306,10 +311,24 @@ NEURON_INLINE void computeEntry(const Entry& e, float* out, const float* a, cons
     } else {
       compute(e.op, out, Elements{a}, Repeated{*b}, c, e.alpha, n);
     }
-  } else {  // row by row, the repeated operand from its start each time
-    for (int64_t row = 0; row < n; row += e.period) {
-      compute(e.op, out + row, Elements{e.a_repeats ? a : a + row}, Elements{e.a_repeats ? b + row : b}, nullptr,
-              e.alpha, e.period);
+  } else {
+    // Chunk by chunk, each chunk a whole number of rows and the repeated
+    // operand as long as one chunk: a short row is first tiled (so that each
+    // loop runs over hundreds of elements, not a handful per call).
+    const float* repeated = e.a_repeats ? a : b;
+    int64_t chunk = e.period;
+    float tile[kTileElements];
+    if (e.period <= kTileElements / 2) {
+      chunk = kTileElements / e.period * e.period;
+      for (int64_t i = 0; i < chunk; ++i) {
+        tile[i] = repeated[i % e.period];
+      }
+      repeated = tile;
+    }
+    for (int64_t start = 0; start < n; start += chunk) {
+      const int64_t m = std::min(chunk, n - start);  // rows are whole: n and chunk are multiples of period
+      compute(e.op, out + start, Elements{e.a_repeats ? repeated : a + start},
+              Elements{e.a_repeats ? b + start : repeated}, nullptr, e.alpha, m);
     }
   }
 }

@@ -316,7 +316,10 @@ def test_a_compiled_graph_sees_queued_writes_to_an_input_it_read_before(queueing
 # (self shape, other shape): the other operand, or self, repeats whole rows of the result.
 BROADCASTS = [((4, 8), (8,)), ((8,), (4, 8)), ((2, 3, 4), (3, 4)), ((2, 3, 4), (1, 4)), ((5, 6), ()),
               ((), (5, 6)), ((5, 6), (1,)), ((1, 6), (6,)), ((3, 1, 4), (4,)), ((8,), (2, 1, 8)),
-              ((4, 8), (2, 4, 8))]
+              ((4, 8), (2, 4, 8)),
+              # several chunks of a tiled short row (csrc/Concatenation.cpp computeEntry), a last chunk
+              # shorter than the others, and a row too long to tile
+              ((300, 3), (3,)), ((600, 7), (1, 7)), ((5,), (400, 5)), ((3, 300), (300,))]
 
 
 @pytest.mark.parametrize("shapes", BROADCASTS, ids=str)

@@ -705,3 +705,21 @@ def test_transposed_inputs_are_read_in_place_and_give_the_same_results(dtype):
     p = torch.randn(4, 6, 5, device=DEVICE, dtype=dtype)
     q = torch.randn(5, 4, 7, device=DEVICE, dtype=dtype).permute(1, 0, 2)  # batch dim not outermost
     torch.testing.assert_close(batched(p, q).cpu(), torch.bmm(p.cpu().float(), q.cpu().float()).to(dtype), **tol)
+
+
+def test_executables_run_on_the_calling_thread():
+    """The backend sets jax's CPU client to run each executable on the calling
+    thread (docs/compile.md, step speed): the worker-thread hand-off only cost
+    wake-ups, as the backend waits for every graph's outputs at once. A compiled
+    call still gives the eager result."""
+    import jax
+
+    from torch_neuronx import lowering
+
+    lowering.load()
+    assert jax.config.values["jax_cpu_enable_async_dispatch"] is False
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16)).to("neuron")
+    x = torch.randn(4, 16, device="neuron")
+    compiled = torch.compile(model, backend="neuron")
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x).cpu(), model(x).cpu(), rtol=1e-5, atol=1e-5)

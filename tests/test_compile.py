@@ -311,11 +311,12 @@ def test_inputs_and_outputs_cross_without_copies():
     from torch_neuronx.lowering import conversions
 
     x = torch.randn(1024, device=DEVICE)
-    array = conversions.jax_input(x, 0)
+    array, = conversions.jax_inputs([x])
     assert array.unsafe_buffer_pointer() == x.data_ptr()  # XLA reads the tensor's own bytes
-    assert conversions.jax_input(x, 0) is array  # imported once per address and layout
+    assert conversions.jax_inputs([x])[0] is array  # imported once per address and layout
+    assert conversions.jax_inputs([x.view(32, 32)])[0] is not array  # another shape: its own array
     result = array * 3
-    out = conversions.from_jax(result, x.device, None)
+    out, = conversions.from_jax_all([result], x.device, [None])
     assert out.device.type == "neuron"
     assert out.data_ptr() == result.unsafe_buffer_pointer()  # the tensor takes XLA's buffer
     torch.testing.assert_close(out.cpu(), x.cpu() * 3)
@@ -328,7 +329,7 @@ def test_unaligned_or_strided_inputs_are_copied_once_and_still_correct():
     shifted = base[1:]  # 4 bytes past an aligned block
     strided = base[::2]
     for tensor in (shifted, strided):
-        array = conversions.jax_input(tensor, 0)
+        array, = conversions.jax_inputs([tensor])
         assert array.unsafe_buffer_pointer() != tensor.data_ptr()
         torch.testing.assert_close(torch.from_dlpack(array), tensor.cpu())
     out = torch.compile(lambda a, b: a + b, backend="neuron")(shifted[:513], strided)

@@ -161,35 +161,45 @@ _IMPORTED: dict[tuple, object] = {}
 _IMPORTED_MAX = 4096
 
 
-def jax_input(tensor: torch.Tensor, index: int):
-    """The jax array a compiled graph reads for one tensor input."""
-    if tensor.device.type == "neuron" and tensor.dtype != torch.bool and tensor.data_ptr() % 64 == 0 \
-            and tensor.is_contiguous():
-        key = (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype)
-        array = _IMPORTED.get(key)
-        if array is not None:
-            # The cached array reads the bytes without a host alias: run the ops queued on the
-            # device first (Adaptive Eager Execution; host_input's alias does that on a miss).
-            from torch_neuronx import _C
+def jax_inputs(values: list) -> list:
+    """The jax arrays a compiled graph reads for its inputs (values that are
+    not tensors pass through). The ops queued on the device run first
+    (Adaptive Eager Execution): a cached array reads the bytes without the
+    host alias that would have run them."""
+    from torch_neuronx import _C
 
-            _C._run_queued()
-        else:
-            if len(_IMPORTED) >= _IMPORTED_MAX:
-                _IMPORTED.clear()
-            array = _IMPORTED[key] = as_jax(host_input(tensor, index))
-        return array
+    _C._run_queued()
+    return [_jax_input(value, index) if isinstance(value, torch.Tensor) else value
+            for index, value in enumerate(values)]
+
+
+def _jax_input(tensor: torch.Tensor, index: int):
+    if tensor.device.type == "neuron" and tensor.dtype != torch.bool and tensor.is_contiguous():
+        address = tensor.data_ptr()
+        if address % 64 == 0:
+            key = (address, tensor.shape, tensor.dtype)  # contiguous: the shape gives the strides
+            array = _IMPORTED.get(key)
+            if array is None:
+                if len(_IMPORTED) >= _IMPORTED_MAX:
+                    _IMPORTED.clear()
+                array = _IMPORTED[key] = as_jax(host_input(tensor, index))
+            return array
     return as_jax(host_input(tensor, index))
 
 
-def from_jax(value, device: torch.device, dtype: torch.dtype | None) -> torch.Tensor:
-    """A neuron tensor that takes over the jax array's buffer (no copy)."""
+def from_jax_all(values, device: torch.device, dtypes) -> list:
+    """Neuron tensors that take over the jax arrays' buffers (no copy); None
+    stays None. `dtypes`: the torch dtype of each result (None: the array's)."""
     from torch_neuronx import _C
 
     bridge = _jaxlib_dlpack()
-    host = bridge[1](value) if bridge is not None else torch.from_dlpack(value)
-    tensor = _C._adopt_external(host, device.index or 0)
-    if dtype == torch.float4_e2m1fn_x2:
-        return tensor.view(dtype)  # the graph's uint8 bytes (as_jax)
-    if dtype is not None and tensor.dtype != dtype:
-        tensor = tensor.to(dtype)  # float64 results computed in float32 (the fp64 rule)
-    return tensor
+    export = bridge[1] if bridge is not None else torch.from_dlpack
+    index = device.index or 0
+    tensors = []
+    for value, dtype in zip(values, dtypes):
+        tensor = None if value is None else _C._adopt_external(export(value), index)
+        if tensor is not None and dtype is not None and tensor.dtype != dtype:
+            # float4: the graph's uint8 bytes (as_jax); float64: computed in float32 (the fp64 rule)
+            tensor = tensor.view(dtype) if dtype == torch.float4_e2m1fn_x2 else tensor.to(dtype)
+        tensors.append(tensor)
+    return tensors

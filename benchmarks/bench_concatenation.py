@@ -6,11 +6,12 @@
     python benchmarks/bench_concatenation.py --json out.json
     python benchmarks/bench_concatenation.py --write    # ... and rewrites its section of benchmarks/RESULTS.md
 
-Each case runs the same statement on CPU tensors and on `neuron` tensors with the queue off and on,
-interleaved: a round times one block of iterations on each of the three (the order rotates between
-rounds) and takes the ratios per round; the table gives the median over rounds and the spread (25th to
+Each case runs the same statement on CPU tensors and on `neuron` tensors with the queue off, on
+with every launch on the calling thread ("sync"), and on with full queues handed to the device thread
+(asynchronous execution, the default: "on"), interleaved: a round times one block of iterations on
+each of the four (the order rotates between rounds) and takes the ratios per round; the table gives the median over rounds and the spread (25th to
 75th percentile of the per-round ratios). A neuron block ends with torch.neuron.synchronize(), so queued
-work is inside the time. Before timing, every case checks that the three give the same result
+work is inside the time. Before timing, every case checks that the four give the same result
 (float32 tolerance). With the queue on, the table also gives the launches and queued ops per
 iteration, and the distinct op sequences launched (what a compiled queue would compile: the rest are
 cache hits). One thread, as torchrun sets.
@@ -19,7 +20,9 @@ The cases are issue #28's item 5: a chain of 20 elementwise ops on 1,024 float32
 with foreach=False over 100 small parameters (SGD with momentum, and AdamW), a LayerNorm+GELU MLP
 forward at batch 1, and bench_eager.py's two training steps (MLP, transformer), which must not get
 slower with the queue on; and a small ReLU MLP's training step with SGD(foreach=False), where the
-queue takes the activations, their gradients and the optimizer's arithmetic.
+queue takes the activations, their gradients and the optimizer's arithmetic; and an AdamW step over
+100 parameters of 8,192 floats, where the queue's arithmetic is a large share of the time and the device
+thread overlaps it with the caller's Python.
 """
 
 from __future__ import annotations
@@ -42,7 +45,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_eager  # noqa: E402  (the training-step cases)
 from results_file import publish  # noqa: E402
 
-MODES = ("cpu", "off", "on")  # CPU eager; neuron without the queue; neuron with it
+# CPU eager; neuron without the queue; with it, every launch on the calling thread; with it and the
+# device thread (the default)
+MODES = ("cpu", "off", "sync", "on")
+
+
+def _set_mode(mode: str) -> None:
+    torch_neuronx.ops.set_concatenation(mode in ("sync", "on"))
+    _C._concatenation_async(mode != "sync")
 
 
 @dataclass
@@ -64,12 +74,12 @@ def _chain(device):
     return step, step
 
 
-def _optimizer(kind):
+def _optimizer(kind, size=64):
     def make(device):
         g = torch.Generator().manual_seed(0)
-        params = [torch.randn(64, generator=g).to(device).requires_grad_() for _ in range(100)]
+        params = [torch.randn(size, generator=g).to(device).requires_grad_() for _ in range(100)]
         for p in params:
-            p.grad = torch.randn(64, generator=g).to(device)
+            p.grad = torch.randn(size, generator=g).to(device)
         opt = (torch.optim.SGD(params, lr=0.01, momentum=0.9, foreach=False) if kind == "sgd"
                else torch.optim.AdamW(params, lr=1e-3, foreach=False))
         return opt.step, lambda: params[0].detach()
@@ -116,6 +126,7 @@ CASES = [
     Case("chain20", "20 elementwise ops (x + b, x * 1.0001), 1,024 float32", _chain),
     Case("sgd_step", "SGD step, momentum, foreach=False, 100 x 64 float32 parameters", _optimizer("sgd")),
     Case("adamw_step", "AdamW step, foreach=False, 100 x 64 float32 parameters", _optimizer("adamw")),
+    Case("adamw_step_8k", "AdamW step, foreach=False, 100 x 8,192 float32 parameters", _optimizer("adamw", 8192)),
     Case("mlp_fwd_b1", "LayerNorm+GELU MLP forward, batch 1 (Linear 256-1024-256)", _mlp_forward),
     Case("relu_mlp_step", "ReLU MLP 64-128-128-64 training step, batch 8, SGD foreach=False", _small_relu_step),
     Case("mlp_step", "MLP training step (bench_eager.py)", _training(bench_eager.make_mlp)),
@@ -126,7 +137,7 @@ CASES = [
 def _time(step, iterations: int, mode: str) -> float:
     """Seconds per iteration of one block in `mode`."""
     if mode != "cpu":
-        torch_neuronx.ops.set_concatenation(mode == "on")
+        _set_mode(mode)
     start = time.perf_counter()
     for _ in range(iterations):
         step()
@@ -136,16 +147,16 @@ def _time(step, iterations: int, mode: str) -> float:
 
 
 def _check(case: Case, steps: dict) -> None:
-    """The three modes agree (each mode's step builds its own state, from the same seeds)."""
+    """The four modes agree (each mode's step builds its own state, from the same seeds)."""
     results = {}
     for mode in MODES:
         step, check = steps[mode]
         if mode != "cpu":
-            torch_neuronx.ops.set_concatenation(mode == "on")
+            _set_mode(mode)
         step()
         results[mode] = check().detach().cpu()
-    torch_neuronx.ops.set_concatenation(False)
-    for mode in ("off", "on"):
+    _set_mode("off")
+    for mode in ("off", "sync", "on"):
         torch.testing.assert_close(results[mode], results["cpu"], rtol=1e-4, atol=1e-5,
                                    msg=lambda m, mode=mode: f"{case.name}: {mode} differs from CPU: {m}")
 
@@ -160,18 +171,20 @@ def run_case(case: Case, rounds: int, block_s: float) -> dict:
     for mode in MODES:  # warm-up
         _time(steps[mode][0], iterations, mode)
     times = {mode: [] for mode in MODES}
-    stats_before = _C._concatenation_stats()
-    on_iterations = 0
+    on_launches = on_ops = on_iterations = 0
     for r in range(rounds):
-        order = MODES[r % 3:] + MODES[:r % 3]
+        order = MODES[r % len(MODES):] + MODES[:r % len(MODES)]
         for mode in order:
+            before = _C._concatenation_stats()
             times[mode].append(_time(steps[mode][0], iterations, mode))
-        on_iterations += iterations
-    torch_neuronx.ops.set_concatenation(False)
-    launches, ops, _ = (a - b for a, b in zip(_C._concatenation_stats(), stats_before))
+            if mode == "on":  # per iteration with the default queue (sync blocks launch the same ops)
+                launches, ops = (a - b for a, b in zip(_C._concatenation_stats()[:2], before[:2]))
+                on_launches, on_ops, on_iterations = on_launches + launches, on_ops + ops, on_iterations + iterations
+    _set_mode("off")
+    launches, ops = on_launches, on_ops
     # Over the whole case (check, warm-up, rounds): the op sequences first launched in it (what
     # TorchNeuron would compile: each compiles once) and the share of launches that reuse one.
-    case_launches, _, new_sequences = (a - b for a, b in zip(_C._concatenation_stats(), case_start))
+    case_launches, _, new_sequences, _ = (a - b for a, b in zip(_C._concatenation_stats(), case_start))
     hit_rate = 1 - new_sequences / case_launches if case_launches else None
 
     def ratio(mode, base):
@@ -179,7 +192,8 @@ def run_case(case: Case, rounds: int, block_s: float) -> dict:
         return statistics.median(values), values[len(values) // 4], values[(3 * len(values)) // 4]
 
     return {"case": case, "cpu_us": statistics.median(times["cpu"]) * 1e6, "off": ratio("off", "cpu"),
-            "on": ratio("on", "cpu"), "on_off": ratio("on", "off"),
+            "sync": ratio("sync", "cpu"), "on": ratio("on", "cpu"), "on_off": ratio("on", "off"),
+            "on_sync": ratio("on", "sync"),
             "launches": launches / on_iterations, "ops": ops / on_iterations,
             "new_sequences": new_sequences, "hit_rate": hit_rate}
 
@@ -198,19 +212,21 @@ def report(results: list, rounds: int) -> str:
         f"- Command: `python benchmarks/bench_concatenation.py --write` ({datetime.date.today().isoformat()}, "
         f"torch {torch.__version__}, {platform.machine()}, 1 thread, {rounds} interleaved rounds)",
         "- Ratios: median [25th-75th percentile] of per-round time / CPU eager time; lower is faster. "
-        "`on / off`: the queue's own effect. Launches and queued ops are per iteration, queue on. "
+        "`on / off`: the queue's own effect; `on / sync`: the device thread's (asynchronous execution: "
+        "a full queue runs on it while the caller goes on; `sync`: every launch on the calling thread). "
+        "Launches and queued ops are per iteration, queue on. "
         "Sequences: distinct op sequences first launched in the case (each one a compilation on "
         "TorchNeuron, none here: the queue runs C++ loops); reuse: the share of the case's launches "
         "that run a sequence launched before (TorchNeuron's compile-cache hit rate over the run).",
         "",
-        "| Case | CPU eager (us) | neuron, queue off | neuron, queue on | on / off | launches | queued ops "
-        "| sequences | reuse |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| Case | CPU eager (us) | neuron, queue off | neuron, queue on, sync | neuron, queue on | on / off "
+        "| on / sync | launches | queued ops | sequences | reuse |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         reuse = "-" if r["hit_rate"] is None else f"{r['hit_rate']:.3f}"
-        lines.append(f"| {r['case'].label} | {r['cpu_us']:.1f} | {fmt(r['off'])} | {fmt(r['on'])} | "
-                     f"{fmt(r['on_off'])} | {r['launches']:.2f} | {r['ops']:.1f} | {r['new_sequences']} | {reuse} |")
+        lines.append(f"| {r['case'].label} | {r['cpu_us']:.1f} | {fmt(r['off'])} | {fmt(r['sync'])} | "
+                     f"{fmt(r['on'])} | {fmt(r['on_off'])} | {fmt(r['on_sync'])} | {r['launches']:.2f} | {r['ops']:.1f} | {r['new_sequences']} | {reuse} |")
     lines += ["", f"Distinct op sequences launched in the run: {_C._concatenation_stats()[2]}."]
     return "\n".join(lines)
 
@@ -235,8 +251,8 @@ def main(argv=None) -> int:
 
     def ratio(r):
         return {"median": r[0], "p25": r[1], "p75": r[2]}
-    payload = [{"name": r["case"].name, "cpu_us": r["cpu_us"], "off": ratio(r["off"]), "on": ratio(r["on"]),
-                "on_off": ratio(r["on_off"]), "launches": r["launches"], "ops": r["ops"],
+    payload = [{"name": r["case"].name, "cpu_us": r["cpu_us"], "off": ratio(r["off"]), "sync": ratio(r["sync"]),
+                "on": ratio(r["on"]), "on_off": ratio(r["on_off"]), "on_sync": ratio(r["on_sync"]), "launches": r["launches"], "ops": r["ops"],
                 "new_sequences": r["new_sequences"], "hit_rate": r["hit_rate"]} for r in results]
     publish("concatenation", report(results, rounds), write=args.write and not args.quick,
             json_path=args.json, payload=payload)

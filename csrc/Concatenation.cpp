@@ -11,12 +11,19 @@
 #include <ATen/MemoryOverlap.h>
 #include <c10/core/DeviceGuard.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace torch_neuronx {
@@ -344,7 +351,8 @@ NEURON_VECTORIZED __attribute__((target("avx2,fma"))) void computeAvx2Fma(const 
 }
 const bool kHasAvx2Fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
-std::atomic<bool> gAnyCpuLoops{false};  // tests: the loops for any CPU, on a CPU with AVX2 and FMA too
+std::atomic<bool> gAnyCpuLoops{false};
+std::atomic<bool> gAsync{true};  // a full queue goes to the device thread  // tests: the loops for any CPU, on a CPU with AVX2 and FMA too
 
 void run(const Entry& e) {
   auto* out = static_cast<float*>(e.out.mutable_data_ptr());
@@ -360,30 +368,163 @@ void run(const Entry& e) {
   computeAnyCpu(e, out, a, b, c);
 }
 
-// Runs the queue as one launch; `q.mutex` is held.
-void runLocked(Queue& q) {
-  if (q.entries.empty()) {
-    return;
+// Asynchronous execution (issue #28 item 3): a queue that fills up while ops
+// keep coming is handed, whole, to the device thread, and the calling thread
+// goes on queueing; whatever needs device bytes (runQueued) waits for it
+// first, so reads and writes stay in program order. The thread only computes:
+// the entries it ran (their tensor references) are dropped by a thread that
+// calls in, since dropping the last reference to a tensor may free its
+// Python object.
+class DeviceThread {
+ public:
+  using Batches = std::vector<std::vector<Entry>>;
+
+  // Hands `entries` over, behind the batches still queued for the thread (at
+  // most kMaxBatches: past that it waits); the batches done since the last
+  // call, to drop.
+  Batches submit(std::vector<Entry>&& entries) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [this] { return static_cast<int>(todo_.size()) + running_ < kMaxBatches; });
+    todo_.push_back(std::move(entries));
+    handed_.fetch_add(1, std::memory_order_release);
+    if (owner_ != getpid()) {  // the first launch (a forked child starts its own: threads do not survive fork)
+      owner_ = getpid();
+      static std::once_flag fork_hook;
+      std::call_once(fork_hook, [] { pthread_atfork(&DeviceThread::beforeFork, nullptr, nullptr); });
+      std::thread([this] { loop(); }).detach();
+    }
+    work_.notify_one();
+    return std::exchange(finished_, {});
   }
-  for (const Entry& e : q.entries) {
-    run(e);
+
+  // Waits until every batch handed over has run; they, to drop.
+  Batches wait() {
+    spinUntil([this] { return ran_.load(std::memory_order_acquire) == handed_.load(std::memory_order_acquire); });
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [this] { return todo_.empty() && running_ == 0; });
+    return std::exchange(finished_, {});
   }
+
+  // Waits as wait() does, leaving the batches to be dropped later.
+  void idle() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [this] { return todo_.empty() && running_ == 0; });
+  }
+
+  int64_t launches() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return launches_;
+  }
+
+ private:
+  // Batches queued for the thread at most: the memory their results hold
+  // stays bounded (kMaxHeldBytes each), while the thread may start late (a
+  // sleeping core can take tens of microseconds to wake, longer than a short
+  // batch takes to fill) without holding up the caller.
+  static constexpr int kMaxBatches = 4;
+
+  // Spins up to kSpin for `ready` before the caller sleeps on a condition
+  // variable: a thread woken from sleep on a core gone idle can take tens of
+  // microseconds to run, as long as a short batch takes to compute.
+  template <class Ready>
+  static void spinUntil(Ready ready) {
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    while (!ready() && std::chrono::steady_clock::now() < until) {
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+    }
+  }
+  static constexpr std::chrono::microseconds kSpin{50};
+
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      if (todo_.empty()) {  // the next batch is often a few microseconds away
+        const int64_t seen = handed_.load(std::memory_order_acquire);
+        lock.unlock();
+        spinUntil([&] { return handed_.load(std::memory_order_acquire) != seen; });
+        lock.lock();
+      }
+      work_.wait(lock, [this] { return !todo_.empty(); });
+      std::vector<Entry> batch = std::move(todo_.front());
+      todo_.pop_front();
+      running_ = 1;
+      lock.unlock();
+      for (const Entry& e : batch) {
+        run(e);
+      }
+      lock.lock();
+      running_ = 0;
+      launches_ += 1;
+      finished_.push_back(std::move(batch));
+      ran_.fetch_add(1, std::memory_order_release);
+      done_.notify_all();
+    }
+  }
+
+  // A child must not inherit a half-computed batch.
+  static void beforeFork();
+
+  std::mutex mutex_;
+  std::condition_variable work_, done_;
+  std::deque<std::vector<Entry>> todo_;  // handed over, not started; the front runs next
+  int running_ = 0;                      // a batch is running
+  Batches finished_;                     // run, not yet dropped
+  int64_t launches_ = 0;                 // batches run by the thread
+  std::atomic<int64_t> handed_{0}, ran_{0};  // batches handed over and run, read while spinning
+  pid_t owner_ = -1;                     // the process whose thread it is
+};
+
+DeviceThread& deviceThread() {
+  static auto* thread = new DeviceThread();  // leaked, as the queue
+  return *thread;
+}
+
+void DeviceThread::beforeFork() {
+  deviceThread().idle();
+}
+
+// Counts the queue's ops as one launch and empties it (the caller runs or hands over
+// what it moved out); `q.mutex` is held.
+std::vector<Entry> takeLaunch(Queue& q) {
   countLaunch(q);
   q.stats.launches += 1;
   q.stats.ops += static_cast<int64_t>(q.entries.size());
-  q.entries.clear();
   q.held_bytes = 0;
+  return std::exchange(q.entries, {});
+}
+
+// Entries that ran, dropped by their holder once the queue's lock is released.
+using Ran = std::pair<DeviceThread::Batches, std::vector<Entry>>;
+
+// Runs what is queued, after the device thread's batch; `q.mutex` is held.
+Ran runLocked(Queue& q) {
+  Ran ran{deviceThread().wait(), {}};
+  if (!q.entries.empty()) {
+    ran.second = takeLaunch(q);
+    for (const Entry& e : ran.second) {
+      run(e);
+    }
+  }
   detail::gQueued.store(false, std::memory_order_release);
+  return ran;
 }
 
 void push(Entry entry) {
   Queue& q = queue();
+  Ran finished;  // declared before the lock: dropped after it is released
   std::lock_guard<std::mutex> lock(q.mutex);
   q.held_bytes += static_cast<int64_t>(entry.out.numel() * sizeof(float));
   q.entries.push_back(std::move(entry));
   detail::gQueued.store(true, std::memory_order_release);
   if (static_cast<int64_t>(q.entries.size()) >= q.limit || q.held_bytes >= kMaxHeldBytes) {
-    runLocked(q);
+    if (gAsync.load(std::memory_order_relaxed)) {
+      // Full while ops keep coming: to the device thread (gQueued stays set until runQueued waits for it).
+      finished.first = deviceThread().submit(takeLaunch(q));
+    } else {
+      finished = runLocked(q);
+    }
   }
 }
 
@@ -441,8 +582,9 @@ bool queueInPlace(Entry entry) {
 namespace detail {
 void runQueuedSlow() {
   Queue& q = queue();
+  Ran ran;  // declared before the lock: dropped after it is released
   std::lock_guard<std::mutex> lock(q.mutex);
-  runLocked(q);
+  ran = runLocked(q);
 }
 } // namespace detail
 
@@ -459,6 +601,11 @@ void setConcatenation(bool enabled, bool launch_blocking, int64_t buffer_limit) 
 void useAnyCpuLoops(bool any_cpu) {
   runQueued();
   gAnyCpuLoops.store(any_cpu, std::memory_order_relaxed);
+}
+
+void setConcatenationAsync(bool async) {
+  runQueued();
+  gAsync.store(async, std::memory_order_relaxed);
 }
 
 bool concatenationEnabled() {
@@ -494,6 +641,7 @@ ConcatenationStats concatenationStats() {
   std::lock_guard<std::mutex> lock(q.mutex);
   ConcatenationStats stats = q.stats;
   stats.sequences = static_cast<int64_t>(q.launched.size());
+  stats.device_thread_launches = deviceThread().launches();
   return stats;
 }
 

@@ -14,7 +14,10 @@
 // memory: every path to device bytes goes through a host alias (hostAlias,
 // owningHostAlias, Eager.h), and making one runs the queue first; so do
 // synchronize, events and a full queue (TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT
-// ops, or 512 KiB of results held). A queued call
+// ops, or 512 KiB of results held). A full queue is handed to the device
+// thread (asynchronous execution: it computes while the caller goes on
+// queueing, up to 4 batches ahead); whatever runs the queue waits for it
+// first, so device memory is read and written in program order. A queued call
 // checks everything that could fail when it is queued (device, dtype, shape,
 // overlap), so an error is raised by the call that caused it, as unqueued.
 //
@@ -43,6 +46,8 @@ enum class QueuedOp : uint8_t {
 // TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT (torch_neuronx/ops/__init__.py).
 void setConcatenation(bool enabled, bool launch_blocking, int64_t buffer_limit);
 bool concatenationEnabled();
+// A full queue runs on the device thread (the default) or at once on the caller's.
+void setConcatenationAsync(bool async);
 // Tests: run the queue with the loops built for any CPU of the architecture even
 // where the AVX2+FMA ones could run (both must give the same bits).
 void useAnyCpuLoops(bool any_cpu);
@@ -84,6 +89,7 @@ struct ConcatenationStats {
   int64_t launches = 0;
   int64_t ops = 0;
   int64_t sequences = 0;
+  int64_t device_thread_launches = 0;  // of the launches, those the device thread ran
 };
 ConcatenationStats concatenationStats();
 

@@ -378,13 +378,16 @@ PYBIND11_MODULE(_C, m) {
         py::arg("buffer_limit"),
         "Adaptive Eager Execution's queue on or off (Concatenation.h); runs what is queued first.");
   m.def("_concatenation_enabled", &tn::concatenationEnabled);
+  m.def("_concatenation_async", &tn::setConcatenationAsync, py::arg("async_"),
+        "A full queue runs on the device thread (True) or at once on the calling thread (False).");
   m.def("_concatenation_any_cpu_loops", &tn::useAnyCpuLoops, py::arg("any_cpu"),
         "Tests: the queue's loops built for any CPU, even where AVX2+FMA ones could run.");
   m.def("_concatenation_stats", [] {
     const auto stats = tn::concatenationStats();
-    return std::make_tuple(stats.launches, stats.ops, stats.sequences);
-  }, "(launches, ops, sequences): the queue's launches since start, the ops they ran, and how many "
-     "distinct op sequences they were.");
+    return std::make_tuple(stats.launches, stats.ops, stats.sequences, stats.device_thread_launches);
+  }, "(launches, ops, sequences, device-thread launches): the queue's launches since start, the ops "
+     "they ran, how many distinct op sequences they were, and how many of the launches the device "
+     "thread ran (asynchronously).");
   m.def("_run_queued", &tn::runQueued, "Runs the ops concatenation has queued.");
   m.def("_get_fallback_mode", [] { return static_cast<int>(tn::fallbackMode()); });
   m.def("_set_device_limits_enforced", &tn::setDeviceLimitsEnforced);

@@ -79,10 +79,10 @@ def test_bench_concatenation_quick_runs(tmp_path):
     the MLP forward queues nothing; the small ReLU MLP step queues its ReLUs, their gradients and
     its optimizer's arithmetic; each case reports the sequences it launched first and their reuse."""
     results = {r["name"]: r for r in _run_quick("bench_concatenation.py", tmp_path / "c.json", timeout=600)}
-    assert set(results) == {"chain20", "sgd_step", "adamw_step", "mlp_fwd_b1", "relu_mlp_step", "mlp_step",
-                            "transformer_step"}
+    assert set(results) == {"chain20", "sgd_step", "adamw_step", "adamw_step_8k", "mlp_fwd_b1", "relu_mlp_step",
+                            "mlp_step", "transformer_step"}
     for name, r in results.items():
-        for key in ("off", "on", "on_off"):
+        for key in ("off", "sync", "on", "on_off", "on_sync"):
             assert r[key]["p25"] <= r[key]["median"] <= r[key]["p75"] and r[key]["median"] > 0, (name, key)
     assert results["chain20"]["ops"] == 20 and results["sgd_step"]["ops"] == 300
     assert results["mlp_fwd_b1"]["ops"] == 0 and results["mlp_fwd_b1"]["hit_rate"] is None

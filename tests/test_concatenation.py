@@ -460,3 +460,116 @@ def test_the_loops_for_any_cpu_give_the_same_bits(queueing):
         _C._concatenation_any_cpu_loops(False)
     for x, y in zip(fast, portable):
         assert torch.equal(x.view(torch.int32), y.view(torch.int32))
+
+
+# -- the device thread (asynchronous execution) ---------------------------------------------------
+
+
+@pytest.fixture
+def small_queue(monkeypatch):
+    """The queue on with room for 3 ops, so that chains hand batches to the device thread."""
+    was = _C._concatenation_enabled()
+    monkeypatch.setenv("TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT", "3")
+    torch_neuronx.ops.set_concatenation(True)
+    try:
+        yield
+    finally:
+        _C._concatenation_async(True)
+        monkeypatch.delenv("TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT")
+        torch_neuronx.ops.set_concatenation(was)
+
+
+def device_thread_launches() -> int:
+    return _C._concatenation_stats()[3]
+
+
+@pytest.mark.parametrize("n", [1024, 32768])
+def test_full_queues_run_on_the_device_thread_with_the_same_bits(small_queue, n):
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.randn(n, generator=g), torch.randn(n, generator=g)
+    results = {}
+    for threaded in (True, False):
+        _C._concatenation_async(threaded)
+        before = device_thread_launches()
+        x = a.to(DEV)
+        for _ in range(5):
+            x = chain(x, b.to(DEV))
+        results[threaded] = x.cpu()
+        ran_there = device_thread_launches() - before
+        assert (ran_there >= 20) if threaded else (ran_there == 0), (threaded, ran_there)
+    expected = a
+    for _ in range(5):
+        expected = chain(expected, b)
+    assert torch.equal(results[True], expected) and torch.equal(results[False], expected)
+
+
+def test_every_read_and_write_waits_for_the_device_thread(small_queue):
+    """Values computed on the device thread, read or overwritten by the caller right after:
+    a host copy, an unqueued op (sum, mm), an in-place op, a copy into a queued result."""
+    g = torch.Generator().manual_seed(6)
+    host = torch.randn(64, 64, generator=g)
+    x = host.to(DEV)
+    for i in range(40):
+        x = x * 0.5 + 1
+        host = host * 0.5 + 1
+        if i % 5 == 0:
+            assert torch.equal(x.cpu(), host)
+        if i % 7 == 0:
+            torch.testing.assert_close(x.sum().cpu(), host.sum())
+            torch.testing.assert_close((x @ x).cpu(), host @ host)
+        if i % 9 == 0:
+            x.mul_(2)
+            host.mul_(2)
+        if i % 11 == 0:
+            x.copy_(host.neg().to(DEV))
+            host = host.neg()
+    torch.neuron.synchronize()
+    assert torch.equal(x.cpu(), host)
+
+
+def test_threads_queueing_at_once_each_get_their_own_results(small_queue):
+    g = torch.Generator().manual_seed(7)
+    inputs = [(torch.randn(2048, generator=g), torch.randn(2048, generator=g)) for _ in range(4)]
+    got = {}
+
+    def work(i):
+        a, b = inputs[i]
+        x = a.to(DEV)
+        for _ in range(10):
+            x = chain(x, b.to(DEV))
+        got[i] = x.cpu()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, (a, b) in enumerate(inputs):
+        expected = a
+        for _ in range(10):
+            expected = chain(expected, b)
+        assert torch.equal(got[i], expected), i
+
+
+def test_fork_waits_for_the_device_thread():
+    """os.fork() while batches run on the device thread: the parent goes on with the right values
+    and the child neither hangs nor inherits a half-computed batch."""
+    script = """
+import os, sys, torch, torch_neuronx
+torch_neuronx.ops.set_concatenation(True)
+a, b = torch.randn(32768), torch.randn(32768)
+x, ref = a.to("neuron"), a.clone()
+for _ in range(200):
+    x, ref = x * 0.999 + b.to("neuron"), ref * 0.999 + b
+pid = os.fork()
+if pid == 0:
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+assert status == 0, status
+assert torch.equal(x.cpu(), ref), "parent's values"
+print("ok", torch_neuronx._C._concatenation_stats()[3] > 0)
+"""
+    env = {**__import__("os").environ, "TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT": "2"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["ok", "True"], out.stdout

@@ -305,12 +305,14 @@ fp64_mode = _declare(
          "data movement (copies, indexing, concatenation, ...) is exact in both modes."))
 launch_blocking = _declare(
     "NEURON_LAUNCH_BLOCKING", False, parse_flag, IMPORT, RUNTIME,
-    doc=('AWS: "When `1`, forces synchronous execution. Useful for debugging." The emulator is '
-         "always synchronous: every op has finished, and any error it raises has been raised by "
-         "the call that launched it (not by a later `torch.neuron.synchronize()`), whatever the "
-         "value; `1` also keeps Adaptive Eager Execution's queue off "
-         "(`TORCH_NEURONX_ENABLE_CONCATENATION`), so that every op runs at its call. Not emulated: the asynchronous execution of `0` on "
-         "Trainium, where a device error can surface at a later call. Any other value (other than "
+    doc=('AWS: "When `1`, forces synchronous execution. Useful for debugging." In the emulator '
+         "an op that is not queued has finished when its call returns, and any error an op raises "
+         "is raised by the call that launched it (not by a later `torch.neuron.synchronize()`), "
+         "whatever the value. `1` keeps Adaptive Eager Execution's queue off "
+         "(`TORCH_NEURONX_ENABLE_CONCATENATION`), whose full queues otherwise run asynchronously "
+         "on the device thread, so that every op runs at its call. Not emulated: the asynchronous "
+         "execution of every op under `0` on Trainium, where a device error can surface at a later "
+         "call. Any other value (other than "
          "the `true` / `false` spellings of every on/off variable) makes the import fail, naming "
          "the variable."))
 def _positive_integer(name: str, raw: str) -> int:
@@ -335,8 +337,8 @@ concatenation_buffer_size_limit = _declare(
     "TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT", 1024, _positive_integer, IMPORT, RUNTIME,
     values="an integer >= 1",
     default_doc="`1024`",
-    doc=("The most ops one queued launch holds (AWS's default, 1024): the queue runs when it is "
-         "full."))
+    doc=("The most ops one queued launch holds (AWS's default, 1024): a full queue runs, on the "
+         "device thread (asynchronously)."))
 fallback_only_for_unimplemented_ops = _declare(
     "TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS", False, parse_flag, IMPORT, RUNTIME,
     doc=('AWS: "When `1`, only falls back to CPU for unimplemented ops, not execution errors." On '

@@ -351,8 +351,8 @@ NEURON_VECTORIZED __attribute__((target("avx2,fma"))) void computeAvx2Fma(const 
 }
 const bool kHasAvx2Fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
-std::atomic<bool> gAnyCpuLoops{false};
-std::atomic<bool> gAsync{true};  // a full queue goes to the device thread  // tests: the loops for any CPU, on a CPU with AVX2 and FMA too
+std::atomic<bool> gAnyCpuLoops{false};  // tests: the loops for any CPU, on a CPU with AVX2 and FMA too
+std::atomic<bool> gAsync{true};        // a full queue goes to the device thread
 
 void run(const Entry& e) {
   auto* out = static_cast<float*>(e.out.mutable_data_ptr());
@@ -399,16 +399,16 @@ class DeviceThread {
 
   // Waits until every batch handed over has run; they, to drop.
   Batches wait() {
-    spinUntil([this] { return ran_.load(std::memory_order_acquire) == handed_.load(std::memory_order_acquire); });
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [this] { return todo_.empty() && running_ == 0; });
+    auto lock = idle();
     return std::exchange(finished_, {});
   }
 
-  // Waits as wait() does, leaving the batches to be dropped later.
-  void idle() {
+  // Waits until every batch handed over has run, leaving them to be dropped later; the lock, held.
+  std::unique_lock<std::mutex> idle() {
+    spinUntil([this] { return ran_.load(std::memory_order_acquire) == handed_.load(std::memory_order_acquire); });
     std::unique_lock<std::mutex> lock(mutex_);
     done_.wait(lock, [this] { return todo_.empty() && running_ == 0; });
+    return lock;
   }
 
   int64_t launches() {

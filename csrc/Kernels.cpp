@@ -40,7 +40,6 @@ DirectOp kSetTensor("set_.source_Tensor");
 DirectOp kSetEmpty("set_");
 DirectOp kConvolution("convolution_overrideable");
 DirectOp kConvolutionBackward("convolution_backward_overrideable");
-DirectOp kNativeDropout("native_dropout");
 DirectOp kNewEmpty("new_empty");
 DirectOp kHasCompatibleShallowCopyType("_has_compatible_shallow_copy_type");
 
@@ -224,21 +223,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolutionBackward(
   return {adopt(grad_input, 0), adopt(grad_weight, 1), adopt(grad_bias, 2)};
 }
 
-// Dropout is PyTorch's CPU kernel on the host operand, drawing its mask from
-// the CPU's default generator as TorchNeuron's does: seeded dropout on the
-// device drops what it drops on the CPU.
-std::tuple<at::Tensor, at::Tensor> nativeDropout(
-    const at::Tensor& input, double p, std::optional<bool> train) {
-  auto call = kNativeDropout.enter(input, p, train);
-  const auto device = input.device().index();
-  if (input.numel() == 0) {
-    return {input, at::empty_like(input)};  // as the CPU kernel: no draw, the input itself
-  }
-  CaptureScope capture(device);
-  auto [out, mask] = at::native_dropout(hostOperand(input), p, train);
-  return {adoptKernelResult(out, device), adoptKernelResult(mask, device)};
-}
-
 // scaled_dot_product_attention asks each device which fused kernel to use
 // (the dispatch stub, also what Dynamo's fake tensors ask while tracing, and
 // the aten::_fused_sdp_choice op). TorchNeuron's answer: its overrideable
@@ -291,7 +275,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   kSetEmpty.registerKernel(m, setEmpty);
   kConvolution.registerKernel(m, convolution);
   kConvolutionBackward.registerKernel(m, convolutionBackward);
-  kNativeDropout.registerKernel(m, nativeDropout);
   kNewEmpty.registerKernel(m, newEmpty);
   // A query, counted because TorchNeuron runs it on the device (module.to()).
   kHasCompatibleShallowCopyType.registerKernel(m, hasCompatibleShallowCopyType);

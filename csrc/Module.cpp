@@ -3,6 +3,7 @@
 #include "Allocator.h"
 #include "Concatenation.h"
 #include "DeviceLimits.h"
+#include "Dropout.h"
 #include "Eager.h"
 #include "Generator.h"
 #include "Guard.h"
@@ -495,6 +496,10 @@ PYBIND11_MODULE(_C, m) {
     return tn::adoptExternal(cpu, static_cast<c10::DeviceIndex>(device));
   }, "A neuron tensor taking over the memory of a CPU tensor produced outside PyTorch "
      "(an XLA result received by DLPack); not counted in the allocator's statistics.");
+
+  m.def("_dropout_mask_scale", &tn::dropoutMaskScale, py::arg("x"), py::arg("mask"), py::arg("scale"),
+        "x * mask * scale on host tensors (a boolean mask), as PyTorch computes it, without "
+        "converting the mask first (attention's dropout).");
 
   m.def("_default_generator", [](int index) {
     return py::reinterpret_steal<py::object>(

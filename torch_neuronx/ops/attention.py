@@ -38,6 +38,7 @@ import math
 
 import torch
 
+from torch_neuronx import _C
 from torch_neuronx.ops.composites import on_host_aliases
 
 aten = torch.ops.aten
@@ -123,10 +124,14 @@ def _scores(query, key, attn_bias, is_causal, scale):
 
 
 def _dropped(probs, keep, dropout_p):
-    """The weights after dropout: kept ones scaled by 1 / (1 - p)."""
+    """The weights after dropout: kept ones scaled by 1 / (1 - p). On host aliases (the
+    device kernels) the same products without converting the boolean mask to float first
+    (csrc/Dropout.cpp); traced (the decompositions), the formula itself."""
     if keep is None:
         return probs
     scale = 0.0 if dropout_p >= 1.0 else 1.0 / (1.0 - dropout_p)
+    if type(probs) is torch.Tensor and type(keep) is torch.Tensor and probs.device.type == "cpu":
+        return _C._dropout_mask_scale(probs, keep, scale)
     return probs * keep * scale
 
 

@@ -161,7 +161,7 @@ ACCEPTS_HOST_TENSORS = frozenset({"copy", "index", "index_put", "_index_put_impl
 # The direct kernels: native ops with a kernel of the package's own instead of the
 # alias kernel (PyTorch's CPU kernel on device memory). Two sets, by language; the
 # registry tests check each against its source.
-# C++: csrc/Kernels.cpp (allocation, views, copies, storage, convolution, dropout).
+# C++: csrc/Kernels.cpp (allocation, views, copies, storage, convolution), csrc/Dropout.cpp (native_dropout).
 CPP_KERNELS = frozenset({
     "empty", "empty_strided", "_copy_from", "_copy_from_and_resize", "resize", "set",
     "_local_scalar_dense", "record_stream", "view", "as_strided", "_reshape_alias", "unfold",
@@ -187,7 +187,8 @@ PYTHON_KERNELS = frozenset({
 DIRECT_KERNELS = CPP_KERNELS | PYTHON_KERNELS
 
 # Overloads of native ops that have two implementations: csrc/FastOps.cpp's unboxed
-# kernel serves these (it hands unusual calls to the alias kernel's code itself); the
+# kernel (csrc/Dropout.cpp's for native_dropout_backward) serves these (it hands unusual
+# calls to the alias kernel's code itself); the
 # alias kernel serves every other overload of the op. This is the one statement of
 # which serves what: ops.native_overloads() leaves these out of the alias kernel's
 # registration (registering both would replace FastOps.cpp's kernel).
@@ -198,6 +199,8 @@ FAST_PATH_OVERLOADS = frozenset({
     "sqrt", "sqrt_", "lerp.Scalar", "lerp_.Scalar", "addcmul", "addcmul_", "addcdiv", "addcdiv_",
     "neg", "neg_", "abs", "abs_", "relu", "relu_", "reciprocal", "reciprocal_", "rsqrt", "rsqrt_",
     "threshold_backward", "sigmoid_backward", "tanh_backward",
+    # csrc/Dropout.cpp: float32 with a boolean mask without converting the mask first
+    "native_dropout_backward",
 })
 
 # FP8 compute: native (eager and lowered) on instance profiles with FP8 (Trainium3),

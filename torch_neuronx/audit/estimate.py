@@ -395,7 +395,17 @@ def _device_op(sig: dict, work: dict, rates, profile, notes) -> tuple[str, list[
 def _fallback_op(sig: dict, work: dict) -> list[float]:
     """Host time as measured + operands both ways over the host link + one sync, per call."""
     host_s = float(sig.get("host_ns_per_call", 0.0)) * 1e-9
-    return [host_s + work["bytes"] / b.host_bps + b.sync_s for b in BOUNDS]
+    return [host_s + trip for trip in _round_trip(work)]
+
+
+def _round_trip(work: dict) -> list[float]:
+    return [work["bytes"] / b.host_bps + b.sync_s for b in BOUNDS]
+
+
+def fallback_round_trip_s(sig: dict) -> float:
+    """What one call of a CPU-fallback signature adds on Trainium to its host time (low figure:
+    its operands over the host link and one sync); the audit's fallback actions add it."""
+    return _round_trip(_work(sig["op"], sig.get("args", [])))[0]
 
 
 def _graph(graph: dict, rates: CoreRates, profile: InstanceProfile, notes: _Notes) -> list[float]:

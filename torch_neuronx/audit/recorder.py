@@ -299,7 +299,10 @@ class Recording:
         from torch_neuronx import config
 
         _C._audit_fusion_limit(config.concatenation_buffer_size_limit())
-        _C._audit_start(self._on_signature, self._on_call)
+        # The C++ recorder calls these from inside ops. An op run eagerly by a function that
+        # torch.compile split (a graph break) runs while Dynamo watches new Python frames, and it
+        # would compile these callbacks and report their own graph breaks as the script's.
+        _C._audit_start(torch.compiler.disable(self._on_signature), torch.compiler.disable(self._on_call))
 
     def stop(self) -> None:
         global ACTIVE

@@ -236,6 +236,8 @@ def _merge_sites(sigs: list[dict]) -> list[dict]:
 
 
 def _fallbacks(signatures: list[dict], ops: list[dict]) -> list[dict]:
+    from torch_neuronx.audit.estimate import fallback_round_trip_s
+
     by_op = defaultdict(list)
     for sig in signatures:
         if sig["path"] == "fallback":
@@ -248,6 +250,9 @@ def _fallbacks(signatures: list[dict], ops: list[dict]) -> list[dict]:
             "calls": sum(s["calls"] for s in sigs),
             "calls_per_step": sum(s["calls_per_step"] for s in sigs),
             "host_s_per_step": sum(s["host_s_per_step"] for s in sigs),
+            # On Trainium each call is also a round trip: the operands over the host link and a sync.
+            "trainium_s_per_step": sum(s["host_s_per_step"] + s["calls_per_step"] * fallback_round_trip_s(s)
+                                       for s in sigs),
             "share_of_step": shares.get(op, 0.0),
             "sites": _merge_sites(sigs),
         })
@@ -528,7 +533,7 @@ def _actions(report: dict) -> list[dict]:
         site = row["sites"][0] if row["sites"] else None
         actions.append({
             "kind": "fallback", "what": row["op"], "where": site_text(site),
-            "cost_per_step_s": row["host_s_per_step"],
+            "cost_per_step_s": row["trainium_s_per_step"],
             "remedy": (f"{row['op']} is not in the neuron device's native op set: it runs on the host CPU, "
                        "its inputs copied over and back. Use an equivalent supported op (`torch-neuronx ops "
                        f"{row['op'].split('::')[-1].split('.')[0]}` and docs/supported-operators.md), write an "

@@ -61,8 +61,8 @@ SCHEMA = {
                                "calls": _INT, "calls_per_step": _NUM, "host_s": _NUM,
                                "host_s_per_step": _NUM, "signatures": _INT, "share_of_step": _NUM})),
         "fallbacks": _array(_object({"op": _STR, "calls": _INT, "calls_per_step": _NUM,
-                                     "host_s_per_step": _NUM, "share_of_step": _NUM,
-                                     "sites": _array(SITE)})),
+                                     "host_s_per_step": _NUM, "trainium_s_per_step": _NUM,
+                                     "share_of_step": _NUM, "sites": _array(SITE)})),
         "eager_compilations": _object({
             "total_signatures": _INT, "first_step": _INT, "new_per_step": _array(_INT),
             "after_last_step": _INT, "in_phases": {"type": "object", "additionalProperties": _INT},

@@ -2,6 +2,7 @@
 #include "Concatenation.h"
 
 #include "Allocator.h"
+#include "CpuLoops.h"
 #include "Eager.h"
 #include "Recorder.h"
 #include "Runtime.h"
@@ -191,25 +192,12 @@ std::optional<Entry> operands(QueuedOp op, const DirectOp& source, const at::Ten
   return entry;
 }
 
-// The loops below are vectorized only at -O3 (GCC 12's -O2 does not vectorize
-// a loop that needs a run-time check that out and its inputs do not overlap,
-// and in-place calls do overlap), so they ask for it. They are inlined into two
-// entry points (computeAnyCpu, computeAvx2Fma): one for any CPU of the build's architecture, one
-// for x86-64 CPUs with AVX2 and FMA, where std::fma (add/sub with alpha, lerp)
-// is one vector instruction instead of a libm call per element. The results
-// are the same on both: every formula is elementwise, std::fma is correctly
-// rounded either way, and no other multiply-add is contracted into one (GCC
-// would on the FMA build: addcmul, tanh_backward).
-#if defined(__GNUC__) && !defined(__clang__)
-#define NEURON_VECTORIZED __attribute__((optimize("O3", "fp-contract=off")))
-#else
-#pragma STDC FP_CONTRACT OFF
-#define NEURON_VECTORIZED
-#endif
-#define NEURON_INLINE inline __attribute__((always_inline))
-#if defined(__x86_64__) && defined(__GNUC__)
-#define NEURON_X86_FMA 1
-#endif
+// The loops below are inlined into two entry points (computeAnyCpu,
+// computeAvx2Fma; CpuLoops.h): on the AVX2+FMA build std::fma (add/sub with
+// alpha, lerp) is one vector instruction instead of a libm call per element.
+// The results are the same on both: every formula is elementwise, std::fma is
+// correctly rounded either way, and no other multiply-add is contracted into
+// one (GCC would on the FMA build: addcmul, tanh_backward).
 
 // PyTorch's float32 formulas: add/sub compute self + alpha * other as one
 // fused multiply-add (exactly self +/- other for alpha 1), mul, div and sqrt
@@ -345,14 +333,12 @@ NEURON_VECTORIZED void computeAnyCpu(const Entry& e, float* out, const float* a,
 }
 
 #ifdef NEURON_X86_FMA
-NEURON_VECTORIZED __attribute__((target("avx2,fma"))) void computeAvx2Fma(const Entry& e, float* out, const float* a,
-                                                                          const float* b, const float* c) {
+NEURON_VECTORIZED NEURON_AVX2_FMA void computeAvx2Fma(const Entry& e, float* out, const float* a, const float* b,
+                                                      const float* c) {
   computeEntry(e, out, a, b, c);
 }
-const bool kHasAvx2Fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
-std::atomic<bool> gAnyCpuLoops{false};  // tests: the loops for any CPU, on a CPU with AVX2 and FMA too
-std::atomic<bool> gAsync{true};        // a full queue goes to the device thread
+std::atomic<bool> gAsync{true};  // a full queue goes to the device thread
 
 void run(const Entry& e) {
   auto* out = static_cast<float*>(e.out.mutable_data_ptr());
@@ -360,7 +346,7 @@ void run(const Entry& e) {
   const auto* b = e.b.defined() ? static_cast<const float*>(e.b.const_data_ptr()) : nullptr;
   const auto* c = e.c.defined() ? static_cast<const float*>(e.c.const_data_ptr()) : nullptr;
 #ifdef NEURON_X86_FMA
-  if (kHasAvx2Fma && !gAnyCpuLoops.load(std::memory_order_relaxed)) {
+  if (avx2FmaLoops()) {
     computeAvx2Fma(e, out, a, b, c);
     return;
   }

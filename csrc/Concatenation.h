@@ -48,8 +48,9 @@ void setConcatenation(bool enabled, bool launch_blocking, int64_t buffer_limit);
 bool concatenationEnabled();
 // A full queue runs on the device thread (the default) or at once on the caller's.
 void setConcatenationAsync(bool async);
-// Tests: run the queue with the loops built for any CPU of the architecture even
-// where the AVX2+FMA ones could run (both must give the same bits).
+// Tests: run the device's loops (CpuLoops.h: the queue's, linear's one-row product)
+// built for any CPU of the architecture even where the AVX2+FMA ones could run
+// (both must give the same bits); the queue is run first.
 void useAnyCpuLoops(bool any_cpu);
 
 // `source` is the call's op (its name is the launch's name in get_executed_ops()).

@@ -11,6 +11,10 @@
 // the formula (linearBackwardFormula, the same as the compiler's decomposition
 // in torch_neuronx/ops/linear.py) on host aliases, as one kernel.
 //
+// linear's device kernel is the alias kernel's (the composite on host aliases)
+// but for one row of float32 (batch 1: a decoding step), which Gemv.cpp's loop
+// computes.
+//
 // Both are C++ because every linear call on the device goes through them: as
 // Python kernels the autograd kernel cost about 9 us a call (a Linear(256, 1024)
 // at batch 1 took 38 us on `neuron` against 29 us on CPU) and linear_backward's
@@ -25,9 +29,12 @@
 //   formula.
 #include "Allocator.h"
 #include "Eager.h"
+#include "Gemv.h"
+#include "Runtime.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/accumulate.h>
 #include <ATen/ops/linear_native.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
@@ -91,6 +98,44 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> linearBackward(const at::Tensor& 
   }
   const auto adopt = [device](const at::Tensor& t) { return t.defined() ? adoptKernelResult(t, device) : t; };
   return {adopt(std::get<0>(host)), adopt(std::get<1>(host)), adopt(std::get<2>(host))};
+}
+
+DirectOp kLinear("linear");
+
+// Whether the call is one float32 row through a row-major weight on one core:
+// what Gemv.cpp computes.
+bool isOneRow(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  const auto f32 = [&](const at::Tensor& t) {
+    return t.scalar_type() == at::kFloat && t.device() == input.device() && !t.is_neg();
+  };
+  if (input.device().type() != kNeuron || !f32(input) || !f32(weight) || weight.dim() != 2 || input.dim() == 0 ||
+      !weight.is_contiguous() || weight.size(1) == 0 || input.size(-1) != weight.size(1) || input.stride(-1) != 1 ||
+      c10::multiply_integers(input.sizes().slice(0, input.dim() - 1)) != 1) {
+    return false;
+  }
+  return !defined(bias) || (f32(*bias) && bias->dim() == 1 && bias->size(0) == weight.size(0) && bias->stride(0) == 1);
+}
+
+// linear on the device: Gemv.cpp's loop for one row, the alias kernel (the
+// composite on host aliases) for everything else, errors included.
+at::Tensor linearKernel(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  if (!isOneRow(input, weight, bias)) {
+    torch::jit::Stack stack{input, weight, bias};
+    runNative(kLinear.handle(), &stack);
+    return std::move(stack.back()).toTensor();
+  }
+  auto call = kLinear.enter(input, weight, bias);
+  const auto device = input.device().index();
+  CaptureScope capture(device);
+  const at::Tensor x = hostAlias(input);
+  const at::Tensor w = hostAlias(weight);
+  const at::Tensor b = defined(bias) ? hostAlias(*bias) : at::Tensor();
+  auto sizes = input.sizes().vec();
+  sizes.back() = weight.size(0);
+  at::Tensor out = at::empty(sizes, x.options());
+  gemv(w.const_data_ptr<float>(), x.const_data_ptr<float>(), b.defined() ? b.const_data_ptr<float>() : nullptr,
+       out.mutable_data_ptr<float>(), weight.size(0), weight.size(1));
+  return adoptKernelResult(out, device);
 }
 
 // The device's linear kernel, called below autograd (from the Function's
@@ -165,6 +210,7 @@ TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  kLinear.registerKernel(m, linearKernel);
   kLinearBackward.registerKernel(m, linearBackward);
 }
 

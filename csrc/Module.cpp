@@ -381,8 +381,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("_concatenation_enabled", &tn::concatenationEnabled);
   m.def("_concatenation_async", &tn::setConcatenationAsync, py::arg("async_"),
         "A full queue runs on the device thread (True) or at once on the calling thread (False).");
-  m.def("_concatenation_any_cpu_loops", &tn::useAnyCpuLoops, py::arg("any_cpu"),
-        "Tests: the queue's loops built for any CPU, even where AVX2+FMA ones could run.");
+  m.def("_any_cpu_loops", &tn::useAnyCpuLoops, py::arg("any_cpu"),
+        "Tests: the device's own loops (the queue's, linear's one-row product) built for any CPU, "
+        "even where AVX2+FMA ones could run.");
   m.def("_concatenation_stats", [] {
     const auto stats = tn::concatenationStats();
     return std::make_tuple(stats.launches, stats.ops, stats.sequences, stats.device_thread_launches);

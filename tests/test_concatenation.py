@@ -453,11 +453,11 @@ def test_the_loops_for_any_cpu_give_the_same_bits(queueing):
     every formula is elementwise and std::fma is correctly rounded, so both give the same bits
     (on a CPU without AVX2 and FMA both runs take the first)."""
     fast = [t.cpu() for t in _every_queued_op(torch.Generator().manual_seed(21))]
-    _C._concatenation_any_cpu_loops(True)
+    _C._any_cpu_loops(True)
     try:
         portable = [t.cpu() for t in _every_queued_op(torch.Generator().manual_seed(21))]
     finally:
-        _C._concatenation_any_cpu_loops(False)
+        _C._any_cpu_loops(False)
     for x, y in zip(fast, portable):
         assert torch.equal(x.view(torch.int32), y.view(torch.int32))
 

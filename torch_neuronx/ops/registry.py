@@ -187,10 +187,10 @@ PYTHON_KERNELS = frozenset({
 DIRECT_KERNELS = CPP_KERNELS | PYTHON_KERNELS
 
 # Overloads of native ops that have two implementations: csrc/FastOps.cpp's unboxed
-# kernel (csrc/Dropout.cpp's for native_dropout_backward) serves these (it hands unusual
-# calls to the alias kernel's code itself); the
-# alias kernel serves every other overload of the op. This is the one statement of
-# which serves what: ops.native_overloads() leaves these out of the alias kernel's
+# kernel (csrc/Dropout.cpp's for native_dropout_backward, csrc/Linear.cpp's for linear)
+# serves these (it hands unusual calls to the alias kernel's code itself); the alias
+# kernel serves every other overload of the op. This is the one statement of which
+# serves what: ops.native_overloads() leaves these out of the alias kernel's
 # registration (registering both would replace FastOps.cpp's kernel).
 FAST_PATH_OVERLOADS = frozenset({
     "add.Tensor", "add_.Tensor", "sub.Tensor", "sub_.Tensor",
@@ -201,6 +201,8 @@ FAST_PATH_OVERLOADS = frozenset({
     "threshold_backward", "sigmoid_backward", "tanh_backward",
     # csrc/Dropout.cpp: float32 with a boolean mask without converting the mask first
     "native_dropout_backward",
+    # csrc/Linear.cpp: one float32 row (batch 1) through csrc/Gemv.cpp's loop
+    "linear",
 })
 
 # FP8 compute: native (eager and lowered) on instance profiles with FP8 (Trainium3),

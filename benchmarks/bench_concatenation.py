@@ -209,7 +209,8 @@ def report(results: list, rounds: int) -> str:
     lines = [
         "## Adaptive Eager Execution: the queue on and off vs CPU eager (`benchmarks/bench_concatenation.py`)",
         "",
-        f"- Command: `python benchmarks/bench_concatenation.py --write` ({datetime.date.today().isoformat()}, "
+        f"- Command: `python benchmarks/bench_concatenation.py {' '.join(sys.argv[1:])}` "
+        f"({datetime.date.today().isoformat()}, "
         f"torch {torch.__version__}, {platform.machine()}, 1 thread, {rounds} interleaved rounds)",
         "- Ratios: median [25th-75th percentile] of per-round time / CPU eager time; lower is faster. "
         "`on / off`: the queue's own effect; `on / sync`: the device thread's (asynchronous execution: "

@@ -89,9 +89,7 @@ std::tuple<at::Tensor, at::Tensor> nativeDropout(const at::Tensor& input, double
 // kernel) for what the loop does not read and under the fp32 rule for float64.
 at::Tensor nativeDropoutBackward(const at::Tensor& grad, const at::Tensor& mask, double scale) {
   if (grad.device().type() != kNeuron || mask.device() != grad.device() || !loopApplies(grad, mask)) {
-    torch::jit::Stack stack{grad, mask, scale};
-    runNative(kNativeDropoutBackward.handle(), &stack);
-    return std::move(stack.back()).toTensor();
+    return kNativeDropoutBackward.runGeneric(grad, mask, scale);
   }
   auto call = kNativeDropoutBackward.enter(grad, mask, scale);
   const auto device = grad.device().index();

@@ -131,6 +131,17 @@ class DirectOp {
     return *handle_;
   }
 
+  // A call that a kernel of its own hands to the generic alias path (counted and
+  // recorded there): its tensor result.
+  template <class... Args>
+  at::Tensor runGeneric(Args&&... args) const {
+    torch::jit::Stack stack;
+    stack.reserve(sizeof...(Args));
+    (stack.emplace_back(std::forward<Args>(args)), ...);
+    runNative(*handle_, &stack);
+    return std::move(stack.back()).toTensor();
+  }
+
  private:
   void bind();  // looks up the op (throws if it does not exist) and its counter
 

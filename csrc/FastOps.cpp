@@ -34,15 +34,6 @@ c10::DeviceIndex sameCore(const at::Tensor& self, const at::Tensor& other) {
   return other.device().is_cpu() && other.dim() == 0 ? self.device().index() : -1;
 }
 
-template <class... Args>
-at::Tensor generic(const DirectOp& op, Args&&... args) {
-  torch::jit::Stack stack;
-  stack.reserve(sizeof...(Args));
-  (stack.emplace_back(std::forward<Args>(args)), ...);
-  runNative(op.handle(), &stack);
-  return std::move(stack.back()).toTensor();
-}
-
 // One out-of-place and one in-place kernel per binary op, with their ops
 // (NAME##Op, NAME##InplaceOp: counter and handle for the generic path).
 // at::cpu::NAME / NAME##_ are PyTorch's CPU kernels. A call counts itself
@@ -54,7 +45,7 @@ at::Tensor generic(const DirectOp& op, Args&&... args) {
   at::Tensor NAME##Tensor(const at::Tensor& self, const at::Tensor& other PARAMS) {          \
     const auto core = sameCore(self, other);                                                 \
     if (core < 0) {                                                                          \
-      return generic(NAME##Op, self, other ARGS);                                            \
+      return NAME##Op.runGeneric(self, other ARGS);                                          \
     }                                                                                        \
     auto call = NAME##Op.enter(self, other ARGS);                                            \
     if (concatenationEnabled()) {                                                            \
@@ -68,7 +59,7 @@ at::Tensor generic(const DirectOp& op, Args&&... args) {
   }                                                                                          \
   at::Tensor& NAME##Inplace(at::Tensor& self, const at::Tensor& other PARAMS) {              \
     if (sameCore(self, other) < 0 || (deviceLimitsEnforced() && !self.is_contiguous())) {    \
-      generic(NAME##InplaceOp, self, other ARGS);                                            \
+      NAME##InplaceOp.runGeneric(self, other ARGS);                                          \
       return self;                                                                           \
     }                                                                                        \
     auto call = NAME##InplaceOp.enter(self, other ARGS);                                     \
@@ -109,7 +100,7 @@ NEURON_BINARY_KERNELS(div, Div, NEURON_NOTHING, NEURON_NOTHING, 1.0)
         return queued;                                                                         \
       }                                                                                        \
     }                                                                                          \
-    return generic(NAME##Op, self NEURON_##KIND##_ARGS);                                       \
+    return NAME##Op.runGeneric(self NEURON_##KIND##_ARGS);                                     \
   }
 #define NEURON_QUEUED_KERNELS(NAME, OVERLOAD, OP, KIND, B, C, VALUE)                           \
   NEURON_QUEUED_KERNEL(NAME, OVERLOAD, OP, KIND, B, C, VALUE)                                  \
@@ -120,7 +111,7 @@ NEURON_BINARY_KERNELS(div, Div, NEURON_NOTHING, NEURON_NOTHING, 1.0)
       auto call = NAME##InplaceOp.enter(self NEURON_##KIND##_ARGS);                            \
       return self;                                                                             \
     }                                                                                          \
-    generic(NAME##InplaceOp, self NEURON_##KIND##_ARGS);                                       \
+    NAME##InplaceOp.runGeneric(self NEURON_##KIND##_ARGS);                                     \
     return self;                                                                               \
   }
 

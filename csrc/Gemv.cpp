@@ -20,6 +20,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace torch_neuronx {

@@ -120,9 +120,7 @@ bool isOneRow(const at::Tensor& input, const at::Tensor& weight, const std::opti
 // composite on host aliases) for everything else, errors included.
 at::Tensor linearKernel(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
   if (!isOneRow(input, weight, bias)) {
-    torch::jit::Stack stack{input, weight, bias};
-    runNative(kLinear.handle(), &stack);
-    return std::move(stack.back()).toTensor();
+    return kLinear.runGeneric(input, weight, bias);
   }
   auto call = kLinear.enter(input, weight, bias);
   const auto device = input.device().index();

@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <utility>
 #include <unordered_set>
 
 namespace torch_neuronx {
@@ -157,9 +158,20 @@ void updateStat(c10::CachingAllocator::StatArray& stat, bool small, int64_t amou
   }
 }
 
+// Small-pool size classes: multiples of kSmallRound below kSmallLimit, rounded up.
+constexpr size_t kSmallClasses = kSmallLimit / kSmallRound;
+
+size_t smallClass(size_t size) {
+  return size / kSmallRound - 1;
+}
+
 struct DeviceMemory {
   std::mutex mutex;
-  std::multimap<size_t, Block*> free_small;  // cached small-pool blocks, by size
+  // Cached small-pool blocks, one stack per size class (the newest freed on
+  // top: its bytes are the likeliest to be in cache). Caching and taking a
+  // block allocate nothing: a multimap node per free had been a host malloc
+  // and free per eager op.
+  std::vector<std::vector<Block*>> free_small{kSmallClasses};
   std::multimap<size_t, Block*> free_large;  // cached large-pool blocks, by size
   std::unordered_set<Block*> all_blocks;      // every segment we own
   DeviceStats stats;
@@ -170,43 +182,70 @@ struct DeviceMemory {
   // Takes a cached block that fits `size` without wasting more than a
   // quarter of it (small blocks must match their size class exactly).
   Block* takeCached(size_t size, bool small) {
-    auto& pool = small ? free_small : free_large;
-    auto it = pool.lower_bound(size);
-    if (it == pool.end()) {
+    if (small) {
+      auto& blocks = free_small[smallClass(size)];
+      if (blocks.empty()) {
+        return nullptr;
+      }
+      Block* block = blocks.back();
+      blocks.pop_back();
+      return block;
+    }
+    auto it = free_large.lower_bound(size);
+    if (it == free_large.end() || it->second->size > size + size / 4) {
       return nullptr;
     }
     Block* block = it->second;
-    bool fits = small ? block->size == size : block->size <= size + size / 4;
-    if (!fits) {
-      return nullptr;
-    }
-    pool.erase(it);
+    free_large.erase(it);
     return block;
   }
 
-  // `stack`: where the release was asked for (null: each segment's creation).
-  void releaseCached(const Context& stack) {
-    releasePool(free_small, stack);
-    releasePool(free_large, stack);
+  void cache(Block* block) {
+    if (block->small) {
+      free_small[smallClass(block->size)].push_back(block);
+    } else {
+      free_large.emplace(block->size, block);
+    }
   }
 
-  void releasePool(std::multimap<size_t, Block*>& pool, const Context& stack) {
-    for (auto& [size, block] : pool) {
-      history.record(TraceEntry::SEGMENT_FREE, block->device, reinterpret_cast<uint64_t>(block->ptr),
-                     block->size, stack != nullptr ? stack : block->segment_context);
-      {
-        std::lock_guard<std::mutex> lock(g_segments_mutex);
-        segmentPointers().erase(block->ptr);
-      }
-      std::free(block->base);
-      reserved -= block->size;
-      updateStat(stats.reserved_bytes, block->small, -static_cast<int64_t>(block->size));
-      updateStat(stats.segment, block->small, -1);
-      stats.num_device_free++;
-      all_blocks.erase(block);
-      delete block;
+  // `stack`: where the release was asked for (null: each segment's creation).
+  // `held`: where the queued ops run first go, to be dropped by the caller
+  // once it has released the lock (dropping them frees memory).
+  void releaseCached(const Context& stack, HeldEntries& held) {
+    // Queued ops write and read where their tensors' memory was when they
+    // were queued; a tensor given new storage since (`t.data = ...`) may have
+    // left its old block in this cache. They run before any block goes back
+    // to the host. (Running them takes no allocator lock.)
+    if (HeldEntries ran = runQueuedHolding()) {
+      held = held == nullptr ? std::move(ran) : std::make_shared<std::pair<HeldEntries, HeldEntries>>(held, ran);
     }
-    pool.clear();
+    for (auto& blocks : free_small) {
+      for (Block* block : blocks) {
+        release(block, stack);
+      }
+      blocks.clear();
+    }
+    for (auto& [size, block] : free_large) {
+      release(block, stack);
+    }
+    free_large.clear();
+  }
+
+  // Gives a cached segment back to the host.
+  void release(Block* block, const Context& stack) {
+    history.record(TraceEntry::SEGMENT_FREE, block->device, reinterpret_cast<uint64_t>(block->ptr), block->size,
+                   stack != nullptr ? stack : block->segment_context);
+    {
+      std::lock_guard<std::mutex> lock(g_segments_mutex);
+      segmentPointers().erase(block->ptr);
+    }
+    std::free(block->base);
+    reserved -= block->size;
+    updateStat(stats.reserved_bytes, block->small, -static_cast<int64_t>(block->size));
+    updateStat(stats.segment, block->small, -1);
+    stats.num_device_free++;
+    all_blocks.erase(block);
+    delete block;
   }
 };
 
@@ -265,7 +304,7 @@ void freeBlock(void* data) {
   updateStat(memory.stats.requested_bytes, block->small, -static_cast<int64_t>(block->requested));
   updateStat(memory.stats.allocation, block->small, -1);
   updateStat(memory.stats.active, block->small, -1);
-  (block->small ? memory.free_small : memory.free_large).emplace(block->size, block);
+  memory.cache(block);
   reportToProfiler(block, -static_cast<int64_t>(block->size), memory);
 }
 
@@ -322,11 +361,11 @@ constexpr int64_t kHostHeadroom = 512ll << 20;
 // Allocates a new segment, flushing the cache once if the core is full.
 // `stack`: the allocation's (history on).
 Block* newBlock(c10::DeviceIndex device, size_t size, bool small, DeviceMemory& memory,
-                const Context& stack) {
+                const Context& stack, HeldEntries& held) {
   const size_t capacity = static_cast<size_t>(deviceCapacity(device));
   if (memory.reserved + size > capacity) {
     memory.stats.num_alloc_retries++;
-    memory.releaseCached(stack);
+    memory.releaseCached(stack, held);
     if (memory.reserved + size > capacity) {
       throwOutOfMemory(device, size, memory, stack);
     }
@@ -340,7 +379,7 @@ Block* newBlock(c10::DeviceIndex device, size_t size, bool small, DeviceMemory& 
     unchecked = 0;
     auto host = hostMemoryLimit();
     if (host.available >= 0 && static_cast<int64_t>(total) + kHostHeadroom > host.available) {
-      memory.releaseCached(stack);  // cached segments are host memory too
+      memory.releaseCached(stack, held);  // cached segments are host memory too
       host = hostMemoryLimit();
       if (host.available >= 0 && static_cast<int64_t>(total) + kHostHeadroom > host.available) {
         throwHostOutOfMemory(device, size, memory, host, stack);
@@ -349,7 +388,7 @@ Block* newBlock(c10::DeviceIndex device, size_t size, bool small, DeviceMemory& 
   }
   void* base = std::aligned_alloc(alignment, total);
   if (base == nullptr) {
-    memory.releaseCached(stack);
+    memory.releaseCached(stack, held);
     base = std::aligned_alloc(alignment, total);
     if (base == nullptr) {  // within the emulated capacity: the host is what ran out
       throwHostOutOfMemory(device, size, memory, hostMemoryLimit(), stack);
@@ -444,10 +483,11 @@ c10::DataPtr NeuronAllocator::allocateOn(c10::DeviceIndex device, size_t nbytes)
   const size_t size = roundSize(nbytes);
   const bool small = nbytes < kSmallLimit;  // the pool follows the request, as in CUDA
   Context stack = gatherContext(RecordContext::STATE);
+  HeldEntries held;  // declared before the lock: dropped after it is released
   std::lock_guard<std::mutex> lock(memory.mutex);
   Block* block = memory.takeCached(size, small);
   if (block == nullptr) {
-    block = newBlock(device, size, small, memory, stack);
+    block = newBlock(device, size, small, memory, stack, held);
   }
   block->allocated = true;
   block->requested = nbytes;
@@ -486,8 +526,9 @@ void NeuronAllocator::emptyCache(c10::MempoolId_t /*mempool_id*/) {
   const Context stack = gatherContext(RecordContext::ALL);
   for (c10::DeviceIndex i = 0; i < deviceCount(); ++i) {
     auto& memory = memoryOf(i);
+    HeldEntries held;  // declared before the lock: dropped after it is released
     std::lock_guard<std::mutex> lock(memory.mutex);
-    memory.releaseCached(stack);
+    memory.releaseCached(stack, held);
   }
 }
 

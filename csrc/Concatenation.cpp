@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -37,21 +38,38 @@ namespace {
 
 // One queued call: out = a <op> (b or scalar), with alpha for add/sub; lerp's
 // weight, addcmul/addcdiv's value and threshold_backward's threshold are
-// `alpha` too, addcmul/addcdiv's third tensor `c`. Unary ops read `a` only.
+// `alpha` too, addcmul/addcdiv's third operand `c`. Unary ops read `a` only.
 struct Entry {
   QueuedOp op;
   const DirectOp* source;  // the op called, for its name
-  at::Tensor out;
-  at::Tensor a;
-  at::Tensor b;  // undefined: `scalar` is the second operand (or the op has one)
+  float* out = nullptr;
+  const float* a = nullptr;
+  const float* b = nullptr;  // null: `scalar` is the second operand (or the op has one)
+  const float* c = nullptr;
+  int64_t n = 0;  // out's elements
   float scalar = 0.0f;
   float alpha = 0.0f;
-  at::Tensor c;
   // Broadcasting: 0 when a and b have out's shape; otherwise one of them (b,
   // or a where a_repeats) holds out's last `period` elements' worth, repeated
   // for each of out's rows (a bias over a batch, a 0-dim tensor: period 1).
   int64_t period = 0;
   bool a_repeats = false;
+  // The tensors whose memory the loops touch, alive until the entry is
+  // dropped. The device thread reads only the fields above: the tensors'
+  // reference counts, written by the caller, stay in its core's cache.
+  // (Holding their storages instead was slower: a tensor's count then drops
+  // to 1 between calls, and PyTorch hands its Python object over between C++
+  // and Python, under the GIL, each time it rises to 2 again.)
+  std::array<at::Tensor, 4> keep;
+};
+
+// A call being checked for the queue: its entry and its tensors (b, c: null
+// where the call has none, or a scalar operand).
+struct Call {
+  Entry entry;
+  const at::Tensor* a;
+  const at::Tensor* b = nullptr;
+  const at::Tensor* c = nullptr;
 };
 
 // Operands of at most PyTorch's grain size (32,768 elements): PyTorch's CPU
@@ -150,46 +168,46 @@ std::optional<int64_t> repeatPeriod(c10::IntArrayRef small, c10::IntArrayRef ful
   return c10::multiply_integers(tail);
 }
 
-// The entry for `self <op> other` (or `self <op>= other` when in_place),
-// without its output; nullopt when the call does not qualify: a float32 neuron
-// tensor and either a CPU scalar or another float32 tensor on its core of its
-// shape, or that broadcasts to it by repeating whole rows (out of place, self
-// may be the one repeated); contiguous, no conj/neg bits.
-std::optional<Entry> operands(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor& other,
-                              double alpha, bool in_place) {
+// The call `self <op> other` (or `self <op>= other` when in_place), without
+// its output; nullopt when it does not qualify: a float32 neuron tensor and
+// either a CPU scalar or another float32 tensor on its core of its shape, or
+// that broadcasts to it by repeating whole rows (out of place, self may be the
+// one repeated); contiguous, no conj/neg bits.
+std::optional<Call> operands(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor& other,
+                             double alpha, bool in_place) {
   if (!queueable(self)) {
     return std::nullopt;
   }
-  Entry entry{op, &source, at::Tensor(), self};
-  entry.alpha = static_cast<float>(alpha);
+  Call call{Entry{op, &source}, &self};
+  call.entry.alpha = static_cast<float>(alpha);
   if (other.device() == self.device()) {
     if (!plainFloat(other)) {
       return std::nullopt;
     }
-    entry.b = other;
+    call.b = &other;
     if (other.sizes().equals(self.sizes())) {
-      return entry;
+      return call;
     }
     if (auto period = repeatPeriod(other.sizes(), self.sizes())) {
-      entry.period = *period;
-      return entry;
+      call.entry.period = *period;
+      return call;
     }
     auto period = in_place ? std::nullopt : repeatPeriod(self.sizes(), other.sizes());
     if (!period || other.numel() > kMaxElements) {
       return std::nullopt;
     }
-    entry.period = *period;
-    entry.a_repeats = true;
+    call.entry.period = *period;
+    call.entry.a_repeats = true;
   } else if (other.device().is_cpu() && other.dim() == 0 && !other.is_neg() && !other.is_conj()) {
     auto value = scalarValue(other);
     if (!value) {
       return std::nullopt;
     }
-    entry.scalar = *value;
+    call.entry.scalar = *value;
   } else {
     return std::nullopt;
   }
-  return entry;
+  return call;
 }
 
 // The loops below are inlined into two entry points (computeAnyCpu,
@@ -295,7 +313,7 @@ constexpr int64_t kTileElements = 512;
 
 // One entry's loops, on its operands' memory.
 NEURON_INLINE void computeEntry(const Entry& e, float* out, const float* a, const float* b, const float* c) {
-  const int64_t n = e.out.numel();
+  const int64_t n = e.n;
   if (b == nullptr) {
     compute(e.op, out, Elements{a}, Repeated{e.scalar}, c, e.alpha, n);
   } else if (e.period == 0) {
@@ -341,17 +359,13 @@ NEURON_VECTORIZED NEURON_AVX2_FMA void computeAvx2Fma(const Entry& e, float* out
 std::atomic<bool> gAsync{true};  // a full queue goes to the device thread
 
 void run(const Entry& e) {
-  auto* out = static_cast<float*>(e.out.mutable_data_ptr());
-  const auto* a = static_cast<const float*>(e.a.const_data_ptr());
-  const auto* b = e.b.defined() ? static_cast<const float*>(e.b.const_data_ptr()) : nullptr;
-  const auto* c = e.c.defined() ? static_cast<const float*>(e.c.const_data_ptr()) : nullptr;
 #ifdef NEURON_X86_FMA
   if (avx2FmaLoops()) {
-    computeAvx2Fma(e, out, a, b, c);
+    computeAvx2Fma(e, e.out, e.a, e.b, e.c);
     return;
   }
 #endif
-  computeAnyCpu(e, out, a, b, c);
+  computeAnyCpu(e, e.out, e.a, e.b, e.c);
 }
 
 // Asynchronous execution (issue #28 item 3): a queue that fills up while ops
@@ -483,15 +497,46 @@ std::vector<Entry> takeLaunch(Queue& q) {
   return launch;
 }
 
-// Entries that ran, dropped by their holder once the queue's lock is released.
-using Ran = std::pair<DeviceThread::Batches, std::vector<Entry>>;
+std::atomic<WithGil> gWithGil{nullptr};
+
+// Entries that ran, dropped by their holder once the queue's lock is released,
+// all under one hold of the GIL: a dead intermediate result kept alive by an
+// entry still has its Python object (PyTorch's PyObject preservation), and
+// freeing each one would otherwise take and release the GIL.
+struct Ran {
+  DeviceThread::Batches batches;  // run by the device thread
+  std::vector<Entry> entries;     // run by the caller
+
+  Ran() = default;
+  Ran(DeviceThread::Batches b, std::vector<Entry> e) : batches(std::move(b)), entries(std::move(e)) {}
+  Ran(Ran&&) = default;
+  Ran& operator=(Ran&&) = default;
+  ~Ran() {
+    size_t count = entries.size();
+    for (const auto& batch : batches) {
+      count += batch.size();
+    }
+    WithGil with_gil = gWithGil.load(std::memory_order_relaxed);
+    if (count >= kDropUnderGil && with_gil != nullptr) {
+      with_gil([](void* ran) { static_cast<Ran*>(ran)->clear(); }, this);
+    }
+  }
+
+ private:
+  static constexpr size_t kDropUnderGil = 4;  // fewer: each takes the GIL if it needs it
+
+  void clear() {
+    batches.clear();
+    entries.clear();
+  }
+};
 
 // Runs what is queued, after the device thread's batch; `q.mutex` is held.
 Ran runLocked(Queue& q) {
-  Ran ran{deviceThread().wait(), {}};
+  Ran ran(deviceThread().wait(), {});
   if (!q.entries.empty()) {
-    ran.second = takeLaunch(q);
-    for (const Entry& e : ran.second) {
+    ran.entries = takeLaunch(q);
+    for (const Entry& e : ran.entries) {
       run(e);
     }
   }
@@ -499,27 +544,36 @@ Ran runLocked(Queue& q) {
   return ran;
 }
 
-void push(Entry entry) {
+// `call` queued, writing `out`.
+void push(Call& call, const at::Tensor& out) {
+  Entry& entry = call.entry;
+  entry.out = static_cast<float*>(out.mutable_data_ptr());
+  entry.a = static_cast<const float*>(call.a->const_data_ptr());
+  entry.b = call.b != nullptr ? static_cast<const float*>(call.b->const_data_ptr()) : nullptr;
+  entry.c = call.c != nullptr ? static_cast<const float*>(call.c->const_data_ptr()) : nullptr;
+  entry.n = out.numel();
+  entry.keep = {out, &out != call.a ? *call.a : at::Tensor(), call.b != nullptr ? *call.b : at::Tensor(),
+                call.c != nullptr ? *call.c : at::Tensor()};
   Queue& q = queue();
   Ran finished;  // declared before the lock: dropped after it is released
   std::lock_guard<std::mutex> lock(q.mutex);
-  q.held_bytes += static_cast<int64_t>(entry.out.numel() * sizeof(float));
+  q.held_bytes += static_cast<int64_t>(entry.n * sizeof(float));
   q.entries.push_back(std::move(entry));
   detail::gQueued.store(true, std::memory_order_release);
   if (static_cast<int64_t>(q.entries.size()) >= q.limit || q.held_bytes >= kMaxHeldBytes) {
     if (gAsync.load(std::memory_order_relaxed)) {
       // Full while ops keep coming: to the device thread (gQueued stays set until runQueued waits for it).
-      finished.first = deviceThread().submit(takeLaunch(q));
+      finished.batches = deviceThread().submit(takeLaunch(q));
     } else {
       finished = runLocked(q);
     }
   }
 }
 
-// The entry for an op whose operands are all tensors (sqrt, lerp, addcmul,
+// The call for an op whose operands are all tensors (sqrt, lerp, addcmul,
 // addcdiv): float32 neuron tensors of self's shape on its core.
-std::optional<Entry> tensorOperands(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor* b,
-                                    const at::Tensor* c, double value) {
+std::optional<Call> tensorOperands(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor* b,
+                                   const at::Tensor* c, double value) {
   if (!queueable(self)) {
     return std::nullopt;
   }
@@ -528,40 +582,38 @@ std::optional<Entry> tensorOperands(QueuedOp op, const DirectOp& source, const a
       return std::nullopt;
     }
   }
-  Entry entry{op, &source, at::Tensor(), self, b ? *b : at::Tensor()};
-  entry.alpha = static_cast<float>(value);
-  entry.c = c ? *c : at::Tensor();
-  return entry;
+  Call call{Entry{op, &source}, &self, b, c};
+  call.entry.alpha = static_cast<float>(value);
+  return call;
 }
 
-// A fresh result for `entry` (the shape of its operand that is not repeated,
-// contiguous float32, on its core), then the entry queued; the result.
-at::Tensor queueOutOfPlace(Entry entry) {
+// A fresh result for `call` (the shape of its operand that is not repeated,
+// contiguous float32, on its core), then the call queued; the result.
+at::Tensor queueOutOfPlace(Call& call) {
+  at::Tensor out;
   {
-    c10::DeviceGuard guard(entry.a.device());
-    entry.out = at::detail::empty_generic(
-        (entry.a_repeats ? entry.b : entry.a).sizes(), &neuronAllocator(),
+    c10::DeviceGuard guard(call.a->device());
+    out = at::detail::empty_generic(
+        (call.entry.a_repeats ? call.b : call.a)->sizes(), &neuronAllocator(),
         c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), at::kFloat, c10::MemoryFormat::Contiguous);
   }
-  at::Tensor out = entry.out;
-  push(std::move(entry));
+  push(call, out);
   return out;
 }
 
-// `entry` queued writing its own first operand; false (run it now) when another
+// `call` queued writing its own first operand; false (run it now) when another
 // operand shares only part of its memory (PyTorch refuses that, or reads it
 // while writing it) or the overlap cannot be told.
-bool queueInPlace(Entry entry) {
-  for (const at::Tensor* t : {&entry.b, &entry.c}) {
-    if (t->defined()) {
-      const auto overlap = at::get_overlap_status(entry.a, *t);
+bool queueInPlace(Call& call) {
+  for (const at::Tensor* t : {call.b, call.c}) {
+    if (t != nullptr) {
+      const auto overlap = at::get_overlap_status(*call.a, *t);
       if (overlap == at::MemOverlapStatus::Partial || overlap == at::MemOverlapStatus::TooHard) {
         return false;
       }
     }
   }
-  entry.out = entry.a;
-  push(std::move(entry));
+  push(call, *call.a);
   return true;
 }
 
@@ -576,6 +628,15 @@ void runQueuedSlow() {
 }
 } // namespace detail
 
+HeldEntries runQueuedHolding() {
+  if (!detail::gQueued.load(std::memory_order_acquire)) {
+    return nullptr;
+  }
+  Queue& q = queue();
+  std::lock_guard<std::mutex> lock(q.mutex);
+  return std::make_shared<Ran>(runLocked(q));
+}
+
 void setConcatenation(bool enabled, bool launch_blocking, int64_t buffer_limit) {
   TORCH_CHECK(buffer_limit >= 1, "the concatenation buffer size limit must be at least 1, got ", buffer_limit);
   runQueued();
@@ -584,6 +645,10 @@ void setConcatenation(bool enabled, bool launch_blocking, int64_t buffer_limit) 
     queue().limit = buffer_limit;
   }
   gEnabled.store(enabled && !launch_blocking, std::memory_order_relaxed);
+}
+
+void setWithGil(WithGil with_gil) {
+  gWithGil.store(with_gil, std::memory_order_relaxed);
 }
 
 void useAnyCpuLoops(bool any_cpu) {
@@ -602,26 +667,26 @@ bool concatenationEnabled() {
 
 at::Tensor queueBinary(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor& other,
                        double alpha) {
-  auto entry = operands(op, source, self, other, alpha, /*in_place=*/false);
-  return entry ? queueOutOfPlace(std::move(*entry)) : at::Tensor();
+  auto call = operands(op, source, self, other, alpha, /*in_place=*/false);
+  return call ? queueOutOfPlace(*call) : at::Tensor();
 }
 
 bool queueBinaryInplace(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor& other,
                         double alpha) {
-  auto entry = operands(op, source, self, other, alpha, /*in_place=*/true);
-  return entry && queueInPlace(std::move(*entry));
+  auto call = operands(op, source, self, other, alpha, /*in_place=*/true);
+  return call && queueInPlace(*call);
 }
 
 at::Tensor queueTensors(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor* b,
                         const at::Tensor* c, double value) {
-  auto entry = tensorOperands(op, source, self, b, c, value);
-  return entry ? queueOutOfPlace(std::move(*entry)) : at::Tensor();
+  auto call = tensorOperands(op, source, self, b, c, value);
+  return call ? queueOutOfPlace(*call) : at::Tensor();
 }
 
 bool queueTensorsInplace(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor* b,
                          const at::Tensor* c, double value) {
-  auto entry = tensorOperands(op, source, self, b, c, value);
-  return entry && queueInPlace(std::move(*entry));
+  auto call = tensorOperands(op, source, self, b, c, value);
+  return call && queueInPlace(*call);
 }
 
 ConcatenationStats concatenationStats() {

@@ -33,6 +33,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 
 namespace torch_neuronx {
 
@@ -84,6 +85,18 @@ inline void runQueued() {
   }
 }
 
+// Runs fn(arg) holding Python's GIL where the calling thread is a Python
+// thread that does not hold it (else as it is); set by the Python module
+// (Module.cpp). Queued ops that ran are dropped through it: the tensors they
+// kept alive may hold the last references to Python objects.
+using WithGil = void (*)(void (*fn)(void*), void* arg);
+void setWithGil(WithGil with_gil);
+// Queued ops that ran, and the tensors they hold (type-erased).
+using HeldEntries = std::shared_ptr<void>;
+// Runs every queued op for a caller holding an allocator lock: what ran is
+// returned (null when nothing was queued), for the caller to drop once the
+// lock is released (dropping the tensors it holds frees device memory).
+HeldEntries runQueuedHolding();
 // Launches run, ops they held, and distinct op sequences among them, since
 // start (for tests and benchmarks).
 struct ConcatenationStats {

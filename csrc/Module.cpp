@@ -337,11 +337,29 @@ void startAudit(py::function on_signature, py::function on_call) {
       });
 }
 
+// Concatenation.h's WithGil: not at exit (the interpreter may be gone) nor on
+// threads Python has never run on (autograd workers, gloo's), where the
+// objects freed, if any, take the GIL themselves as before.
+void withGil(void (*fn)(void*), void* arg) {
+#if PY_VERSION_HEX >= 0x030D0000
+  const bool finalizing = Py_IsFinalizing();
+#else
+  const bool finalizing = _Py_IsFinalizing();
+#endif
+  if (!Py_IsInitialized() || finalizing || PyGILState_GetThisThreadState() == nullptr || PyGILState_Check()) {
+    fn(arg);
+    return;
+  }
+  py::gil_scoped_acquire gil;
+  fn(arg);
+}
+
 } // namespace
 
 PYBIND11_MODULE(_C, m) {
   tn::registerHooks();
   tn::profiler::registerProfiler();
+  tn::setWithGil(&withGil);
   m.doc() = "torch_neuronx native core: the emulated NeuronCore runtime";
 
   m.def("_configure", &tn::configure, py::arg("num_devices"), py::arg("capacity_bytes"));

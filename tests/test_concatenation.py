@@ -105,6 +105,33 @@ def test_inputs_written_after_queueing_keep_their_values_at_queue_time(queueing)
     assert torch.equal(x.cpu(), torch.full((32,), 3.0))
 
 
+def test_a_queued_op_writes_the_memory_its_tensor_had_when_it_was_queued(queueing):
+    """Program order when a tensor gets new memory (`.data = ...`, set_) after an op on it was
+    queued: the op updates the old memory, as it does on CPU, and emptying the cache (which gives
+    cached blocks back to the host, the old one among them) runs it first."""
+    for replace in ("data", "set_"):
+        ref = torch.full((4096,), 2.0)
+        ref.mul_(3)
+        x = torch.full((4096,), 2.0, device=DEV)
+        keep = x.view(-1)  # another view of the old memory: what the queued op wrote must be there
+        x.mul_(3)
+        new = torch.full((4096,), 5.0, device=DEV)
+        if replace == "data":
+            x.data = new
+        else:
+            x.set_(new)
+        assert torch.equal(keep.cpu(), ref), replace
+        assert torch.equal(x.cpu(), torch.full((4096,), 5.0)), replace
+        # The old memory with nothing else holding it: back in the cache, then to the host.
+        y = torch.full((4096,), 2.0, device=DEV)
+        y.mul_(3)
+        y.data = torch.full((4096,), 7.0, device=DEV)
+        before = stats()
+        torch.neuron.empty_cache()
+        assert stats()[1] > before[1], "empty_cache ran the queued op before releasing its memory"
+        assert torch.equal(y.cpu(), torch.full((4096,), 7.0))
+
+
 def test_every_way_of_reading_a_value_sees_the_queued_result(queueing):
     a = torch.randn(8)
     x = a.to(DEV) * 2

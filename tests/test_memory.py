@@ -114,6 +114,25 @@ def test_freed_memory_is_reused(nbytes):
     assert _stats()["num_device_alloc"] == device_allocs
 
 
+def test_the_small_block_freed_last_is_handed_out_first():
+    """Small blocks of one size class are reused newest first (its bytes are the likeliest to be
+    in cache); a block of another class is never handed out for it, and emptying the cache gives
+    every cached block back."""
+    blocks = [_bytes(4096) for _ in range(4)]
+    other = _bytes(8192)
+    addresses = [t.data_ptr() for t in blocks]
+    other_address = other.data_ptr()
+    del other
+    for i in (2, 0, 3, 1):
+        blocks[i] = None
+    again = [_bytes(4096) for _ in range(5)]  # the fifth: a new block
+    reused = [t.data_ptr() for t in again]
+    assert reused[:4] == [addresses[i] for i in (1, 3, 0, 2)]
+    assert reused[4] not in addresses and other_address not in reused
+    torch.neuron.empty_cache()
+    assert _stats()["num_device_free"] > 0
+
+
 def test_reserved_stays_constant_in_a_training_like_loop():
     w = torch.randn(256, 256, device=f"neuron:{DEV}")
     x = torch.randn(64, 256, device=f"neuron:{DEV}")

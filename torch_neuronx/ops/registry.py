@@ -187,7 +187,8 @@ PYTHON_KERNELS = frozenset({
 DIRECT_KERNELS = CPP_KERNELS | PYTHON_KERNELS
 
 # Overloads of native ops that have two implementations: csrc/FastOps.cpp's unboxed
-# kernel (csrc/Dropout.cpp's for native_dropout_backward, csrc/Linear.cpp's for linear)
+# kernel (csrc/Dropout.cpp's for native_dropout_backward, csrc/Linear.cpp's for linear,
+# csrc/Gelu.cpp's for gelu and gelu_backward)
 # serves these (it hands unusual calls to the alias kernel's code itself); the alias
 # kernel serves every other overload of the op. This is the one statement of which
 # serves what: ops.native_overloads() leaves these out of the alias kernel's
@@ -203,6 +204,8 @@ FAST_PATH_OVERLOADS = frozenset({
     "native_dropout_backward",
     # csrc/Linear.cpp: one float32 row (batch 1) through csrc/Gemv.cpp's loop
     "linear",
+    # csrc/Gelu.cpp: float32 through ATen's GELU loops, not oneDNN's eltwise primitive
+    "gelu", "gelu_backward",
 })
 
 # FP8 compute: native (eager and lowered) on instance profiles with FP8 (Trainium3),

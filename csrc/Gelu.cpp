@@ -13,18 +13,22 @@
 // Either way the results agree with PyTorch's CPU op within float32 tolerance
 // (oneDNN's code depends on the host's instruction set; ATen's loops on its CPU
 // capability).
+// ATen's dispatch stubs are declared with one function pointer per CPU
+// capability that libtorch_cpu was built with; these say which (PyTorch's x86-64
+// builds have AVX2 and AVX-512 kernels), so that the stub's inline call matches
+// the library's exported DispatchStubImpl::get_call_ptr. Other architectures'
+// builds differ (SVE, VSX, ...): there the alias kernel serves every call.
+#if defined(__x86_64__)
+#define NEURON_ATEN_GELU_LOOPS 1
+#define HAVE_AVX512_CPU_DEFINITION
+#define HAVE_AVX2_CPU_DEFINITION
+#else
+#define NEURON_ATEN_GELU_LOOPS 0
+#endif
 #include "Allocator.h"
 #include "Eager.h"
 #include "Runtime.h"
 
-// ATen's dispatch stubs are declared with one function pointer per CPU
-// capability that libtorch_cpu was built with; these say which (PyTorch's x86
-// builds have AVX2 and AVX-512 kernels), so that the stub's inline call matches
-// the library's exported DispatchStubImpl::get_call_ptr.
-#if defined(__x86_64__) || defined(_M_X64)
-#define HAVE_AVX512_CPU_DEFINITION
-#define HAVE_AVX2_CPU_DEFINITION
-#endif
 #include <ATen/ATen.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/native/Activation.h>
@@ -44,7 +48,7 @@ constexpr int64_t kMaxElements = 16384;
 
 // A contiguous float32 tensor on `device` small enough for ATen's loop.
 bool loopApplies(const at::Tensor& t, c10::Device device) {
-  return t.device() == device && t.scalar_type() == at::kFloat && t.is_contiguous() && !t.is_neg() &&
+  return NEURON_ATEN_GELU_LOOPS && t.device() == device && t.scalar_type() == at::kFloat && t.is_contiguous() && !t.is_neg() &&
          !t.is_conj() && t.numel() < kMaxElements;
 }
 
@@ -58,8 +62,10 @@ at::Tensor gelu(const at::Tensor& self, std::string_view approximate) {
   CaptureScope capture(device);
   at::Tensor x = hostAlias(self);
   at::Tensor out = at::empty_like(x, at::MemoryFormat::Contiguous);
+#if NEURON_ATEN_GELU_LOOPS
   auto iter = at::TensorIterator::unary_op(out, x);
   at::native::GeluKernel(at::kCPU, iter, type);
+#endif
   return adoptKernelResult(out, device);
 }
 
@@ -75,8 +81,10 @@ at::Tensor geluBackward(const at::Tensor& grad, const at::Tensor& self, std::str
   at::Tensor g = hostAlias(grad);
   at::Tensor x = hostAlias(self);
   at::Tensor out = at::empty_like(x, at::MemoryFormat::Contiguous);
+#if NEURON_ATEN_GELU_LOOPS
   auto iter = at::TensorIterator::binary_op(out, g, x);
   at::native::GeluBackwardKernel(at::kCPU, iter, type);
+#endif
   return adoptKernelResult(out, device);
 }
 

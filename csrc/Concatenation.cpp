@@ -312,7 +312,9 @@ struct Repeated {
 constexpr int64_t kTileElements = 512;
 
 // One entry's loops, on its operands' memory.
-NEURON_INLINE void computeEntry(const Entry& e, float* out, const float* a, const float* b, const float* c) {
+NEURON_INLINE void computeEntry(const Entry& e) {
+  float* out = e.out;
+  const float *a = e.a, *b = e.b, *c = e.c;
   const int64_t n = e.n;
   if (b == nullptr) {
     compute(e.op, out, Elements{a}, Repeated{e.scalar}, c, e.alpha, n);
@@ -346,14 +348,13 @@ NEURON_INLINE void computeEntry(const Entry& e, float* out, const float* a, cons
   }
 }
 
-NEURON_VECTORIZED void computeAnyCpu(const Entry& e, float* out, const float* a, const float* b, const float* c) {
-  computeEntry(e, out, a, b, c);
+NEURON_VECTORIZED void computeAnyCpu(const Entry& e) {
+  computeEntry(e);
 }
 
 #ifdef NEURON_X86_FMA
-NEURON_VECTORIZED NEURON_AVX2_FMA void computeAvx2Fma(const Entry& e, float* out, const float* a, const float* b,
-                                                      const float* c) {
-  computeEntry(e, out, a, b, c);
+NEURON_VECTORIZED NEURON_AVX2_FMA void computeAvx2Fma(const Entry& e) {
+  computeEntry(e);
 }
 #endif
 std::atomic<bool> gAsync{true};  // a full queue goes to the device thread
@@ -361,11 +362,11 @@ std::atomic<bool> gAsync{true};  // a full queue goes to the device thread
 void run(const Entry& e) {
 #ifdef NEURON_X86_FMA
   if (avx2FmaLoops()) {
-    computeAvx2Fma(e, e.out, e.a, e.b, e.c);
+    computeAvx2Fma(e);
     return;
   }
 #endif
-  computeAnyCpu(e, e.out, e.a, e.b, e.c);
+  computeAnyCpu(e);
 }
 
 // Asynchronous execution (issue #28 item 3): a queue that fills up while ops

@@ -13,11 +13,14 @@
 #include "Runtime.h"
 
 #include <ATen/ATen.h>
+#include <c10/util/TypeCast.h>
 #include <ATen/ops/add_cpu_dispatch.h>
 #include <ATen/ops/div_cpu_dispatch.h>
 #include <ATen/ops/mul_cpu_dispatch.h>
 #include <ATen/ops/sub_cpu_dispatch.h>
 #include <torch/library.h>
+
+#include <optional>
 
 namespace torch_neuronx {
 namespace {
@@ -32,6 +35,23 @@ c10::DeviceIndex sameCore(const at::Tensor& self, const at::Tensor& other) {
     return needsFp64Emulation(other) ? -1 : self.device().index();
   }
   return other.device().is_cpu() && other.dim() == 0 ? self.device().index() : -1;
+}
+
+// A Scalar argument (add/sub's alpha, lerp's weight, addcmul/addcdiv's value,
+// threshold_backward's threshold) as the queue's float32 loops read it;
+// nullopt where PyTorch's kernel converts it with a check that fails (a
+// complex number, or a finite value beyond float32's range: "value cannot be
+// converted to type float without overflow"), so that the call runs unqueued
+// and raises PyTorch's error.
+std::optional<double> queueableScalar(const at::Scalar& value) {
+  if (value.isComplex()) {
+    return std::nullopt;
+  }
+  const double v = value.toDouble();
+  if (c10::overflows<float, double>(v)) {
+    return std::nullopt;
+  }
+  return v;
 }
 
 // One out-of-place and one in-place kernel per binary op, with their ops
@@ -49,9 +69,11 @@ c10::DeviceIndex sameCore(const at::Tensor& self, const at::Tensor& other) {
     }                                                                                        \
     auto call = NAME##Op.enter(self, other ARGS);                                            \
     if (concatenationEnabled()) {                                                            \
-      at::Tensor queued = queueBinary(QueuedOp::OP, NAME##Op, self, other, ALPHA);           \
-      if (queued.defined()) {                                                                \
-        return queued;                                                                       \
+      if (auto alpha_value = ALPHA) {                                                        \
+        at::Tensor queued = queueBinary(QueuedOp::OP, NAME##Op, self, other, *alpha_value);  \
+        if (queued.defined()) {                                                              \
+          return queued;                                                                     \
+        }                                                                                    \
       }                                                                                      \
     }                                                                                        \
     CaptureScope capture(core);                                                              \
@@ -63,9 +85,12 @@ c10::DeviceIndex sameCore(const at::Tensor& self, const at::Tensor& other) {
       return self;                                                                           \
     }                                                                                        \
     auto call = NAME##InplaceOp.enter(self, other ARGS);                                     \
-    if (concatenationEnabled() &&                                                            \
-        queueBinaryInplace(QueuedOp::OP, NAME##InplaceOp, self, other, ALPHA)) {             \
-      return self;                                                                           \
+    if (concatenationEnabled()) {                                                            \
+      auto alpha_value = ALPHA;                                                              \
+      if (alpha_value && queueBinaryInplace(QueuedOp::OP, NAME##InplaceOp, self, other,      \
+                                            *alpha_value)) {                                 \
+        return self;                                                                         \
+      }                                                                                      \
     }                                                                                        \
     at::Tensor alias = hostAlias(self);                                                      \
     at::cpu::NAME##_(alias, hostOperandWith(other, self, alias) ARGS);                       \
@@ -77,10 +102,10 @@ c10::DeviceIndex sameCore(const at::Tensor& self, const at::Tensor& other) {
 #define NEURON_ALPHA_ARG , alpha
 #define NEURON_NOTHING
 
-NEURON_BINARY_KERNELS(add, Add, NEURON_ALPHA_PARAM, NEURON_ALPHA_ARG, alpha.toDouble())
-NEURON_BINARY_KERNELS(sub, Sub, NEURON_ALPHA_PARAM, NEURON_ALPHA_ARG, alpha.toDouble())
-NEURON_BINARY_KERNELS(mul, Mul, NEURON_NOTHING, NEURON_NOTHING, 1.0)
-NEURON_BINARY_KERNELS(div, Div, NEURON_NOTHING, NEURON_NOTHING, 1.0)
+NEURON_BINARY_KERNELS(add, Add, NEURON_ALPHA_PARAM, NEURON_ALPHA_ARG, queueableScalar(alpha))
+NEURON_BINARY_KERNELS(sub, Sub, NEURON_ALPHA_PARAM, NEURON_ALPHA_ARG, queueableScalar(alpha))
+NEURON_BINARY_KERNELS(mul, Mul, NEURON_NOTHING, NEURON_NOTHING, std::optional<double>(1.0))
+NEURON_BINARY_KERNELS(div, Div, NEURON_NOTHING, NEURON_NOTHING, std::optional<double>(1.0))
 
 // Ops served here only so that concatenation can queue them (Concatenation.h):
 // a call the queue takes is counted here; any other call takes the alias path
@@ -94,10 +119,12 @@ NEURON_BINARY_KERNELS(div, Div, NEURON_NOTHING, NEURON_NOTHING, 1.0)
   DirectOp NAME##Op(#NAME OVERLOAD);                                                           \
   at::Tensor NAME##Queued(const at::Tensor& self NEURON_##KIND##_PARAMS) {                     \
     if (concatenationEnabled()) {                                                              \
-      at::Tensor queued = queueTensors(QueuedOp::OP, NAME##Op, self, B, C, VALUE);             \
-      if (queued.defined()) {                                                                  \
-        auto call = NAME##Op.enter(self NEURON_##KIND##_ARGS);                                 \
-        return queued;                                                                         \
+      if (auto scalar = VALUE) {                                                               \
+        at::Tensor queued = queueTensors(QueuedOp::OP, NAME##Op, self, B, C, *scalar);         \
+        if (queued.defined()) {                                                                \
+          auto call = NAME##Op.enter(self NEURON_##KIND##_ARGS);                               \
+          return queued;                                                                       \
+        }                                                                                      \
       }                                                                                        \
     }                                                                                          \
     return NAME##Op.runGeneric(self NEURON_##KIND##_ARGS);                                     \
@@ -106,10 +133,12 @@ NEURON_BINARY_KERNELS(div, Div, NEURON_NOTHING, NEURON_NOTHING, 1.0)
   NEURON_QUEUED_KERNEL(NAME, OVERLOAD, OP, KIND, B, C, VALUE)                                  \
   DirectOp NAME##InplaceOp(#NAME "_" OVERLOAD);                                                \
   at::Tensor& NAME##InplaceQueued(at::Tensor& self NEURON_##KIND##_PARAMS) {                   \
-    if (concatenationEnabled() &&                                                              \
-        queueTensorsInplace(QueuedOp::OP, NAME##InplaceOp, self, B, C, VALUE)) {               \
-      auto call = NAME##InplaceOp.enter(self NEURON_##KIND##_ARGS);                            \
-      return self;                                                                             \
+    if (concatenationEnabled()) {                                                              \
+      auto scalar = VALUE;                                                                     \
+      if (scalar && queueTensorsInplace(QueuedOp::OP, NAME##InplaceOp, self, B, C, *scalar)) { \
+        auto call = NAME##InplaceOp.enter(self NEURON_##KIND##_ARGS);                          \
+        return self;                                                                           \
+      }                                                                                        \
     }                                                                                          \
     NAME##InplaceOp.runGeneric(self NEURON_##KIND##_ARGS);                                     \
     return self;                                                                               \
@@ -127,18 +156,19 @@ NEURON_BINARY_KERNELS(div, Div, NEURON_NOTHING, NEURON_NOTHING, 1.0)
 #define NEURON_OUTPUT_PARAMS , const at::Tensor& output
 #define NEURON_OUTPUT_ARGS , output
 
-NEURON_QUEUED_KERNELS(sqrt, "", Sqrt, UNARY, nullptr, nullptr, 0.0)
-NEURON_QUEUED_KERNELS(neg, "", Neg, UNARY, nullptr, nullptr, 0.0)
-NEURON_QUEUED_KERNELS(abs, "", Abs, UNARY, nullptr, nullptr, 0.0)
-NEURON_QUEUED_KERNELS(relu, "", Relu, UNARY, nullptr, nullptr, 0.0)
-NEURON_QUEUED_KERNELS(reciprocal, "", Reciprocal, UNARY, nullptr, nullptr, 0.0)
-NEURON_QUEUED_KERNELS(rsqrt, "", Rsqrt, UNARY, nullptr, nullptr, 0.0)
-NEURON_QUEUED_KERNELS(lerp, ".Scalar", Lerp, LERP, &end, nullptr, weight.toDouble())
-NEURON_QUEUED_KERNELS(addcmul, "", Addcmul, POINTWISE, &tensor1, &tensor2, value.toDouble())
-NEURON_QUEUED_KERNELS(addcdiv, "", Addcdiv, POINTWISE, &tensor1, &tensor2, value.toDouble())
-NEURON_QUEUED_KERNEL(threshold_backward, "", ThresholdBackward, THRESHOLD, &input, nullptr, threshold.toDouble())
-NEURON_QUEUED_KERNEL(sigmoid_backward, "", SigmoidBackward, OUTPUT, &output, nullptr, 0.0)
-NEURON_QUEUED_KERNEL(tanh_backward, "", TanhBackward, OUTPUT, &output, nullptr, 0.0)
+#define NEURON_NO_SCALAR std::optional<double>(0.0)
+NEURON_QUEUED_KERNELS(sqrt, "", Sqrt, UNARY, nullptr, nullptr, NEURON_NO_SCALAR)
+NEURON_QUEUED_KERNELS(neg, "", Neg, UNARY, nullptr, nullptr, NEURON_NO_SCALAR)
+NEURON_QUEUED_KERNELS(abs, "", Abs, UNARY, nullptr, nullptr, NEURON_NO_SCALAR)
+NEURON_QUEUED_KERNELS(relu, "", Relu, UNARY, nullptr, nullptr, NEURON_NO_SCALAR)
+NEURON_QUEUED_KERNELS(reciprocal, "", Reciprocal, UNARY, nullptr, nullptr, NEURON_NO_SCALAR)
+NEURON_QUEUED_KERNELS(rsqrt, "", Rsqrt, UNARY, nullptr, nullptr, NEURON_NO_SCALAR)
+NEURON_QUEUED_KERNELS(lerp, ".Scalar", Lerp, LERP, &end, nullptr, queueableScalar(weight))
+NEURON_QUEUED_KERNELS(addcmul, "", Addcmul, POINTWISE, &tensor1, &tensor2, queueableScalar(value))
+NEURON_QUEUED_KERNELS(addcdiv, "", Addcdiv, POINTWISE, &tensor1, &tensor2, queueableScalar(value))
+NEURON_QUEUED_KERNEL(threshold_backward, "", ThresholdBackward, THRESHOLD, &input, nullptr, queueableScalar(threshold))
+NEURON_QUEUED_KERNEL(sigmoid_backward, "", SigmoidBackward, OUTPUT, &output, nullptr, NEURON_NO_SCALAR)
+NEURON_QUEUED_KERNEL(tanh_backward, "", TanhBackward, OUTPUT, &output, nullptr, NEURON_NO_SCALAR)
 
 } // namespace
 

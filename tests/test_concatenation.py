@@ -172,6 +172,41 @@ def test_errors_are_raised_by_the_call_that_causes_them(queueing):
     assert torch.equal(x.cpu(), torch.arange(6.0))
 
 
+SCALAR_ARGUMENT_CALLS = {
+    "add alpha beyond float32": lambda a, b: torch.add(a, b, alpha=1e300),
+    "add_ alpha beyond float32": lambda a, b: a.clone().add_(b, alpha=1e300),
+    "add complex alpha": lambda a, b: torch.add(a, b, alpha=1j),
+    "sub_ complex alpha": lambda a, b: a.clone().sub_(b, alpha=2j),
+    "lerp weight beyond float32": lambda a, b: torch.lerp(a, b, 1e300),
+    "lerp_ complex weight": lambda a, b: a.clone().lerp_(b, 0.5j),
+    "addcmul value beyond float32": lambda a, b: torch.addcmul(a, b, b, value=-1e300),
+    "addcdiv_ complex value": lambda a, b: a.clone().addcdiv_(b, b, value=1j),
+    "threshold_backward threshold beyond float32": lambda a, b: torch.ops.aten.threshold_backward(a, b, 1e300),
+    "add alpha inf": lambda a, b: torch.add(a, b, alpha=float("inf")),
+    "mul by a number beyond float32": lambda a, b: a * 1e300,
+    "complex tensors, complex alpha": lambda a, b: torch.sub(a.to(torch.complex64), b.to(torch.complex64), alpha=1j),
+    "complex tensors, complex weight": lambda a, b: a.to(torch.complex64).lerp_(b.to(torch.complex64), 0.5j),
+}
+
+
+@pytest.mark.parametrize("name", SCALAR_ARGUMENT_CALLS)
+def test_scalar_arguments_pytorch_refuses_raise_its_error(queueing, name):
+    """A number argument the float32 kernel cannot take (a complex number, a finite value beyond
+    float32's range) is PyTorch's error, raised by the call, not a queued inf or NaN; what PyTorch
+    accepts (inf, complex numbers on complex tensors, a wrapped number that overflows to inf)
+    gives its result."""
+    call = SCALAR_ARGUMENT_CALLS[name]
+    a, b = torch.rand(8) + 0.5, torch.rand(8) + 0.5
+    try:
+        expected = call(a, b)
+    except RuntimeError as error:
+        with pytest.raises(RuntimeError) as got:
+            call(a.to(DEV), b.to(DEV))
+        assert str(got.value) == str(error)
+    else:
+        assert torch.equal(call(a.to(DEV), b.to(DEV)).cpu(), expected)
+
+
 def test_autograd_through_queued_ops_matches_cpu(queueing):
     w = torch.randn(16, requires_grad=True)
     nw = w.detach().to(DEV).requires_grad_()

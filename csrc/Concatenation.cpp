@@ -137,10 +137,6 @@ std::optional<float> scalarValue(const at::Tensor& other) {
   }
 }
 
-bool plainFloat(const at::Tensor& t) {
-  return t.scalar_type() == at::kFloat && t.is_contiguous() && !t.is_neg() && !t.is_conj();
-}
-
 // Whether a call with this `self` may be queued at all right now: a float32
 // neuron tensor of 1 to kMaxElements elements.
 bool queueable(const at::Tensor& self) {

@@ -46,8 +46,7 @@ void maskScaleLoop(const float* x, const uint8_t* mask, float scale, float* out,
 // Whether (x, mask) are what the loop reads: a contiguous float32 tensor and a
 // contiguous boolean mask of its shape.
 bool loopApplies(const at::Tensor& x, const at::Tensor& mask) {
-  return x.scalar_type() == at::kFloat && mask.scalar_type() == at::kBool && x.sizes().equals(mask.sizes()) &&
-         x.is_contiguous() && mask.is_contiguous() && !x.is_neg() && !x.is_conj();
+  return plainFloat(x) && mask.scalar_type() == at::kBool && x.sizes().equals(mask.sizes()) && mask.is_contiguous();
 }
 
 // (x * mask) * scale, on CPU tensors (host operands), into a fresh tensor (in
@@ -64,8 +63,7 @@ at::Tensor maskScale(const at::Tensor& x, const at::Tensor& mask, double scale) 
 // kernel for everything else (inference, p outside (0, 1), other dtypes or
 // layouts).
 std::tuple<at::Tensor, at::Tensor> nativeDropoutOnHost(const at::Tensor& input, double p, std::optional<bool> train) {
-  if (train.value_or(true) && p > 0 && p < 1 && input.scalar_type() == at::kFloat && input.is_contiguous() &&
-      !input.is_neg() && !input.is_conj()) {
+  if (train.value_or(true) && p > 0 && p < 1 && plainFloat(input)) {
     const double keep = 1. - p;
     at::Tensor mask = at::empty_like(input, input.options().dtype(at::kBool));
     mask.bernoulli_(keep);

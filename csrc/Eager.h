@@ -150,6 +150,12 @@ class DirectOp {
   std::atomic<int64_t>* counter_ = nullptr;
 };
 
+// A contiguous float32 tensor without a conjugate or negative bit: what the
+// device's own loops read (Concatenation.cpp, Dropout.cpp, Gelu.cpp).
+inline bool plainFloat(const at::Tensor& t) {
+  return t.scalar_type() == at::kFloat && t.is_contiguous() && !t.is_neg() && !t.is_conj();
+}
+
 // Op tracking: call counts of every op run on the device, and of the subset
 // that took the CPU fallback path.
 std::map<std::string, int64_t> executedOps();

@@ -13,6 +13,7 @@
 // Either way the results agree with PyTorch's CPU op within float32 tolerance
 // (oneDNN's code depends on the host's instruction set; ATen's loops on its CPU
 // capability).
+//
 // ATen's dispatch stubs are declared with one function pointer per CPU
 // capability that libtorch_cpu was built with; these say which (PyTorch's x86-64
 // builds have AVX2 and AVX-512 kernels), so that the stub's inline call matches
@@ -46,14 +47,13 @@ DirectOp kGeluBackward("gelu_backward");
 // oneDNN's 10.5 us; 32 Ki: 23.9 vs 21.6 us, on one thread).
 constexpr int64_t kMaxElements = 16384;
 
-// A contiguous float32 tensor on `device` small enough for ATen's loop.
-bool loopApplies(const at::Tensor& t, c10::Device device) {
-  return NEURON_ATEN_GELU_LOOPS && t.device() == device && t.scalar_type() == at::kFloat && t.is_contiguous() && !t.is_neg() &&
-         !t.is_conj() && t.numel() < kMaxElements;
+// A contiguous float32 neuron tensor small enough for ATen's loop.
+bool loopApplies(const at::Tensor& t) {
+  return NEURON_ATEN_GELU_LOOPS && t.device().type() == kNeuron && plainFloat(t) && t.numel() < kMaxElements;
 }
 
 at::Tensor gelu(const at::Tensor& self, std::string_view approximate) {
-  if (self.device().type() != kNeuron || !loopApplies(self, self.device())) {
+  if (!loopApplies(self)) {
     return kGelu.runGeneric(self, approximate);
   }
   const auto type = at::native::get_gelutype_enum(approximate);  // PyTorch's error for another string
@@ -70,8 +70,8 @@ at::Tensor gelu(const at::Tensor& self, std::string_view approximate) {
 }
 
 at::Tensor geluBackward(const at::Tensor& grad, const at::Tensor& self, std::string_view approximate) {
-  if (self.device().type() != kNeuron || !loopApplies(self, self.device()) ||
-      !loopApplies(grad, self.device()) || !grad.sizes().equals(self.sizes())) {
+  if (!loopApplies(self) || !loopApplies(grad) || grad.device() != self.device() ||
+      !grad.sizes().equals(self.sizes())) {
     return kGeluBackward.runGeneric(grad, self, approximate);
   }
   const auto type = at::native::get_gelutype_enum(approximate);

@@ -132,14 +132,20 @@ class DirectOp {
   }
 
   // A call that a kernel of its own hands to the generic alias path (counted and
-  // recorded there): its tensor result.
+  // recorded there): its results, on the stack.
   template <class... Args>
-  at::Tensor runGeneric(Args&&... args) const {
+  torch::jit::Stack runGenericStack(Args&&... args) const {
     torch::jit::Stack stack;
     stack.reserve(sizeof...(Args));
     (stack.emplace_back(std::forward<Args>(args)), ...);
     runNative(*handle_, &stack);
-    return std::move(stack.back()).toTensor();
+    return stack;
+  }
+
+  // runGenericStack's one tensor result.
+  template <class... Args>
+  at::Tensor runGeneric(Args&&... args) const {
+    return std::move(runGenericStack(std::forward<Args>(args)...).back()).toTensor();
   }
 
  private:

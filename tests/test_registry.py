@@ -184,9 +184,10 @@ def test_the_scan_finds_a_restated_class():
 def test_cpp_kernels_are_those_of_kernels_cpp():
     """Kernels.cpp's device kernels, linear_backward's in Linear.cpp (beside linear's autograd; its
     linear is a fast path overload) and native_dropout's in Dropout.cpp (whose
-    native_dropout_backward is a fast path overload); Gelu.cpp's are all fast path overloads."""
+    native_dropout_backward is a fast path overload); Gelu.cpp's and LayerNorm.cpp's are all fast path
+    overloads."""
     names = set()
-    for file in ("Kernels.cpp", "Linear.cpp", "Dropout.cpp", "Gelu.cpp"):
+    for file in ("Kernels.cpp", "Linear.cpp", "Dropout.cpp", "Gelu.cpp", "LayerNorm.cpp"):
         source = (ROOT / "csrc" / file).read_text()
         block = source[source.index("TORCH_LIBRARY_IMPL(aten, PrivateUse1"):]
         block = block[:block.index("\n}\n")]
@@ -202,7 +203,7 @@ def test_fast_path_overloads_are_those_of_fastops_cpp():
     names |= {f"{op}{suffix}{overload}" for op, overload in queued for suffix in ("", "_")}
     out_of_place = re.findall(r'^NEURON_QUEUED_KERNEL\((\w+), "([^"]*)",', source, re.MULTILINE)
     names |= {f"{op}{overload}" for op, overload in out_of_place}
-    for file in ("Dropout.cpp", "Linear.cpp", "Gelu.cpp"):  # beside their ops' other kernels
+    for file in ("Dropout.cpp", "Linear.cpp", "Gelu.cpp", "LayerNorm.cpp"):  # beside their ops' other kernels
         direct = set(re.findall(r'DirectOp \w+\("([^"]+)"\)', (ROOT / "csrc" / file).read_text()))
         names |= {name for name in direct if registry.base_name(name) not in registry.CPP_KERNELS}
     assert binary and queued and out_of_place and names == registry.FAST_PATH_OVERLOADS
@@ -215,7 +216,8 @@ def test_fast_path_overloads_are_served_by_fastops_not_the_alias_kernel():
     for name in registry.FAST_PATH_OVERLOADS:
         assert registry.base_name(name) in registry.NATIVE_OPS - registry.DIRECT_KERNELS, name
         file = {"native_dropout_backward": "Dropout.cpp", "linear": "Linear.cpp", "gelu": "Gelu.cpp",
-                "gelu_backward": "Gelu.cpp"}.get(name, "FastOps.cpp")
+                "gelu_backward": "Gelu.cpp", "native_layer_norm": "LayerNorm.cpp",
+                "native_layer_norm_backward": "LayerNorm.cpp"}.get(name, "FastOps.cpp")
         assert file in torch._C._dispatch_dump("aten::" + name), name
 
 

@@ -206,6 +206,8 @@ FAST_PATH_OVERLOADS = frozenset({
     "linear",
     # csrc/Gelu.cpp: float32 through ATen's GELU loops, not oneDNN's eltwise primitive
     "gelu", "gelu_backward",
+    # csrc/LayerNorm.cpp: PyTorch's CPU kernels called directly, without the alias path's boxing
+    "native_layer_norm", "native_layer_norm_backward",
 })
 
 # FP8 compute: native (eager and lowered) on instance profiles with FP8 (Trainium3),

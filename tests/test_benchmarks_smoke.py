@@ -162,3 +162,14 @@ def test_profile_compile_quick_runs(tmp_path):
                 assert math.isfinite(g[key]) and g[key] > 0, (g["graph"], key)
             assert g["dots"] and all(d["xla_s"] >= 0 and d["torch_s"] > 0 for d in g["dots"])
     assert [len(g["dots"]) for g in results[0]["graphs"]] == [3, 5]
+
+
+def test_bench_fusion_bounds_runs_and_checks_the_compiled_queue_returns_the_chain():
+    """bench_fusion_bounds.py runs end to end and prints each measurement (its numbers are
+    docs/eager-and-fallback.md's case for running the queue as loops, not as an XLA executable)."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_fusion_bounds.py")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for label in ("returning every result", "returning the last result", "20 ops queued"):
+        line = next(line for line in proc.stdout.splitlines() if label in line)
+        assert float(line.split()[-2]) > 0, line

@@ -220,7 +220,8 @@ std::optional<Call> operands(QueuedOp op, const DirectOp& source, const at::Tens
 // |weight| >= 0.5); addcmul / addcdiv are self + (value * t1) * t2 and
 // self + (value * t1) / t2, left to right. The unary ops and the activation
 // gradients are those of PyTorch's CPU kernels (relu keeps NaN and -0.0, as
-// clamp_min does; rsqrt is 1 / sqrt; threshold_backward passes the gradient
+// clamp_min does; rsqrt is 1 / sqrt; fill and zero write the value, its sign
+// and NaN included; threshold_backward passes the gradient
 // where the input is above the threshold, a NaN input included).
 // `a` and `b` are functors of the element index (an array, or one value
 // repeated).
@@ -276,6 +277,9 @@ NEURON_INLINE void compute(QueuedOp op, float* out, A a, B b, const float* c, fl
       break;
     case QueuedOp::Rsqrt:
       for (int64_t i = 0; i < n; ++i) out[i] = 1.0f / std::sqrt(a(i));
+      break;
+    case QueuedOp::Fill:
+      for (int64_t i = 0; i < n; ++i) out[i] = alpha;
       break;
     case QueuedOp::ThresholdBackward:
       for (int64_t i = 0; i < n; ++i) out[i] = b(i) <= alpha ? 0.0f : a(i);

@@ -39,7 +39,7 @@ namespace torch_neuronx {
 
 enum class QueuedOp : uint8_t {
   Add, Sub, Mul, Div, Sqrt, Lerp, Addcmul, Addcdiv,
-  Neg, Abs, Relu, Reciprocal, Rsqrt,
+  Neg, Abs, Relu, Reciprocal, Rsqrt, Fill,
   ThresholdBackward, SigmoidBackward, TanhBackward,
 };
 

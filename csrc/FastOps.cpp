@@ -153,6 +153,8 @@ NEURON_BINARY_KERNELS(div, Div, NEURON_NOTHING, NEURON_NOTHING, std::optional<do
 // The activation gradients: `self` is the incoming gradient.
 #define NEURON_THRESHOLD_PARAMS , const at::Tensor& input, const at::Scalar& threshold
 #define NEURON_THRESHOLD_ARGS , input, threshold
+#define NEURON_FILL_PARAMS , const at::Scalar& value
+#define NEURON_FILL_ARGS , value
 #define NEURON_OUTPUT_PARAMS , const at::Tensor& output
 #define NEURON_OUTPUT_ARGS , output
 
@@ -163,6 +165,9 @@ NEURON_QUEUED_KERNELS(abs, "", Abs, UNARY, nullptr, nullptr, NEURON_NO_SCALAR)
 NEURON_QUEUED_KERNELS(relu, "", Relu, UNARY, nullptr, nullptr, NEURON_NO_SCALAR)
 NEURON_QUEUED_KERNELS(reciprocal, "", Reciprocal, UNARY, nullptr, nullptr, NEURON_NO_SCALAR)
 NEURON_QUEUED_KERNELS(rsqrt, "", Rsqrt, UNARY, nullptr, nullptr, NEURON_NO_SCALAR)
+// fill and zero are data movement (float64 is written exactly): the queue takes float32 only.
+NEURON_QUEUED_KERNELS(fill, ".Scalar", Fill, FILL, nullptr, nullptr, queueableScalar(value))
+NEURON_QUEUED_KERNELS(zero, "", Fill, UNARY, nullptr, nullptr, NEURON_NO_SCALAR)
 NEURON_QUEUED_KERNELS(lerp, ".Scalar", Lerp, LERP, &end, nullptr, queueableScalar(weight))
 NEURON_QUEUED_KERNELS(addcmul, "", Addcmul, POINTWISE, &tensor1, &tensor2, queueableScalar(value))
 NEURON_QUEUED_KERNELS(addcdiv, "", Addcdiv, POINTWISE, &tensor1, &tensor2, queueableScalar(value))
@@ -193,6 +198,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   reciprocalInplaceOp.registerKernel(m, reciprocalInplaceQueued);
   rsqrtOp.registerKernel(m, rsqrtQueued);
   rsqrtInplaceOp.registerKernel(m, rsqrtInplaceQueued);
+  fillOp.registerKernel(m, fillQueued);
+  fillInplaceOp.registerKernel(m, fillInplaceQueued);
+  zeroOp.registerKernel(m, zeroQueued);
+  zeroInplaceOp.registerKernel(m, zeroInplaceQueued);
   lerpOp.registerKernel(m, lerpQueued);
   lerpInplaceOp.registerKernel(m, lerpInplaceQueued);
   addcmulOp.registerKernel(m, addcmulQueued);

@@ -1,6 +1,6 @@
 """Adaptive Eager Execution's queue (TORCH_NEURONX_ENABLE_CONCATENATION; csrc/Concatenation.h):
 float32 elementwise add/sub/mul/div (with broadcast operands), sqrt, neg, abs, relu, reciprocal,
-rsqrt, lerp, addcmul, addcdiv and the activation gradients (threshold_backward, sigmoid_backward,
+rsqrt, lerp, addcmul, addcdiv, fill and zero, and the activation gradients (threshold_backward, sigmoid_backward,
 tanh_backward) queued and run as one launch when a value is needed. The reference is the same program on CPU tensors; the queued formulas are
 PyTorch's own, so results are compared bit for bit where PyTorch computes one IEEE operation per
 element (alpha 1, mul, div) and at float32 rounding (assert_close's float32 rtol 1.3e-6, atol 1e-5)
@@ -186,6 +186,9 @@ SCALAR_ARGUMENT_CALLS = {
     "mul by a number beyond float32": lambda a, b: a * 1e300,
     "complex tensors, complex alpha": lambda a, b: torch.sub(a.to(torch.complex64), b.to(torch.complex64), alpha=1j),
     "complex tensors, complex weight": lambda a, b: a.to(torch.complex64).lerp_(b.to(torch.complex64), 0.5j),
+    "fill_ beyond float32": lambda a, b: a.clone().fill_(1e300),
+    "fill complex value": lambda a, b: torch.ops.aten.fill(a, 2j),
+    "fill_ inf": lambda a, b: a.clone().fill_(float("-inf")),
 }
 
 
@@ -455,6 +458,38 @@ def test_unary_ops_are_queued_and_match_cpu_including_special_values(queueing, o
     rtol = 1.3e-6 if op == "sqrt" else 0
     for x in (got, got_inplace):
         torch.testing.assert_close(x.cpu(), want, rtol=rtol, atol=0, equal_nan=True)
+
+
+FILL_VALUES = [2.5, -0.0, float("nan"), float("inf"), -float("inf"), 1e-45, 3, True, -7 * 2.0**100]
+
+
+def test_fill_and_zero_are_queued_and_write_cpus_bits(queueing):
+    """fill_/fill (a number) and zero_/zero on float32: the value's bits, its sign and NaN included."""
+    a = torch.randn(5, 7)
+    na = a.to(DEV)
+    for value in FILL_VALUES:
+        before = stats()
+        got = [na.clone().fill_(value), torch.ops.aten.fill(na, value), na.clone().zero_(), torch.ops.aten.zero(na)]
+        assert queued_since(before) == 4
+        want = [a.clone().fill_(value), torch.ops.aten.fill(a, value), a.clone().zero_(), torch.ops.aten.zero(a)]
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and torch.equal(g.cpu().view(torch.int32), w.view(torch.int32))
+
+
+def test_fill_keeps_program_order_views_and_float64_exactly(queueing):
+    a = torch.arange(12.0)
+    na = a.to(DEV)
+    doubled = na * 2  # queued before the fill: reads the old values
+    na[4:8].fill_(-1.0)  # a contiguous slice: queued, the rest untouched
+    na[::3].zero_()  # strided: runs unqueued after the queue, in order
+    a[4:8].fill_(-1.0)
+    a[::3].zero_()
+    assert torch.equal(doubled.cpu(), torch.arange(12.0) * 2)
+    assert torch.equal(na.cpu(), a)
+    third = torch.zeros(3, dtype=torch.float64, device=DEV).fill_(1 / 3)  # data movement: exact
+    assert torch.equal(third.cpu(), torch.full((3,), 1 / 3, dtype=torch.float64))
+    ints = torch.zeros(4, dtype=torch.int64, device=DEV).fill_(2**40 + 1)
+    assert torch.equal(ints.cpu(), torch.full((4,), 2**40 + 1))
 
 
 @pytest.mark.filterwarnings("ignore:.*float64 arithmetic")

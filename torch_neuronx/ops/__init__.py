@@ -101,10 +101,12 @@ def host_fallback_overloads() -> list[str]:
 
 
 def fronted_overloads() -> list[tuple[str, int]]:
-    """(name.overload, flags) of the overloads csrc/MaskIndex.cpp serves in front of
-    the alias kernel, which runs them after it: registration records only their flags
-    (csrc/Eager.cpp, recordOpFlags), MaskIndex.cpp's kernel stays."""
-    return [(name, _flags(base_name(name))) for name in sorted(MASK_INDEX_OVERLOADS)]
+    """(name.overload, flags) of the overloads a kernel of its own serves in front of the
+    alias kernel, which runs the calls it does not take (csrc/MaskIndex.cpp's,
+    FAST_PATH_OVERLOADS): registration records only their flags (csrc/Eager.cpp,
+    recordOpFlags), so that such a call gets its op's flags there (fill_ on float64 is
+    data movement, written exactly); their own kernels stay."""
+    return [(name, _flags(base_name(name))) for name in sorted(MASK_INDEX_OVERLOADS | FAST_PATH_OVERLOADS)]
 
 
 _python_kernels: list[torch.library.Library] = []  # kept alive: a dropped Library unregisters

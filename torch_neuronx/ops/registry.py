@@ -199,6 +199,7 @@ FAST_PATH_OVERLOADS = frozenset({
     # served there so that concatenation can queue them (csrc/Concatenation.h)
     "sqrt", "sqrt_", "lerp.Scalar", "lerp_.Scalar", "addcmul", "addcmul_", "addcdiv", "addcdiv_",
     "neg", "neg_", "abs", "abs_", "relu", "relu_", "reciprocal", "reciprocal_", "rsqrt", "rsqrt_",
+    "fill.Scalar", "fill_.Scalar", "zero", "zero_",
     "threshold_backward", "sigmoid_backward", "tanh_backward",
     # csrc/Dropout.cpp: float32 with a boolean mask without converting the mask first
     "native_dropout_backward",

@@ -20,7 +20,7 @@ The cases are issue #28's item 5: a chain of 20 elementwise ops on 1,024 float32
 with foreach=False over 100 small parameters (SGD with momentum, and AdamW), a LayerNorm+GELU MLP
 forward at batch 1, and bench_eager.py's two training steps (MLP, transformer), which must not get
 slower with the queue on; and a small ReLU MLP's training step with SGD(foreach=False), where the
-queue takes the activations, their gradients and the optimizer's arithmetic; and an AdamW step over
+queue takes the activations, their gradients, the zeroing of the gradients and the optimizer's arithmetic; and an AdamW step over
 100 parameters of 8,192 floats, where the queue's arithmetic is a large share of the time and the device
 thread overlaps it with the caller's Python.
 """
@@ -100,7 +100,7 @@ def _mlp_forward(device):
 
 def _small_relu_step(device):
     """A small ReLU MLP's training step with SGD(foreach=False): dispatch-bound on the CPU; the queue
-    takes the ReLU, its gradient (threshold_backward) and the optimizer's arithmetic."""
+    takes the ReLU, its gradient (threshold_backward), zero_grad's zero_ and the optimizer's arithmetic."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128),
                                 torch.nn.ReLU(), torch.nn.Linear(128, 64)).to(device)

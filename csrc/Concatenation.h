@@ -14,7 +14,7 @@
 // memory: every path to device bytes goes through a host alias (hostAlias,
 // owningHostAlias, Eager.h), and making one runs the queue first; so do
 // synchronize, events and a full queue (TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT
-// ops, or 512 KiB of results held). A full queue is handed to the device
+// ops, 512 KiB of fresh results held, or 4 MiB written). A full queue is handed to the device
 // thread (asynchronous execution: it computes while the caller goes on
 // queueing, up to 4 batches ahead); whatever runs the queue waits for it
 // first, so device memory is read and written in program order. A queued call

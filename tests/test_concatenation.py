@@ -542,7 +542,8 @@ def _every_queued_op(g):
             b.sqrt(), a.neg(), a.abs(), a.relu(), b.reciprocal(), b.rsqrt(), torch.lerp(a, b, 0.3),
             torch.lerp(a, b, 0.8), torch.addcmul(a, b, c, value=0.7), torch.addcdiv(a, b, c, value=-1.3),
             torch.ops.aten.threshold_backward(a, b - 1, 0.1), torch.ops.aten.sigmoid_backward(a, b),
-            torch.ops.aten.tanh_backward(a, b), a.clone().add_(row, alpha=2.5)]
+            torch.ops.aten.tanh_backward(a, b), a.clone().add_(row, alpha=2.5), torch.ops.aten.fill(a, -0.0),
+            torch.ops.aten.zero(a)]
 
 
 def test_the_loops_for_any_cpu_give_the_same_bits(queueing):
@@ -578,6 +579,30 @@ def small_queue(monkeypatch):
 
 def device_thread_launches() -> int:
     return _C._concatenation_stats()[3]
+
+
+def test_a_queue_goes_to_the_device_thread_on_its_fresh_bytes_or_a_batch_worth_of_writes(queueing):
+    """The byte limits (csrc/Concatenation.cpp): 512 KiB of out-of-place results hands the queue to
+    the device thread, while in-place ops (which hold no new memory) count only towards 4 MiB of
+    writes, so an optimizer step's few hundred KiB of in-place updates runs at the next read
+    instead of being handed over just before it."""
+    x = torch.randn(32768).to(DEV)  # 128 KiB
+    _C._run_queued()
+    before = device_thread_launches()
+    for _ in range(6):  # 768 KiB written in place
+        x.mul_(1.0)
+    _C._run_queued()
+    assert device_thread_launches() == before
+    results = [x * 1.0 for _ in range(6)]  # 768 KiB of fresh results
+    _C._run_queued()
+    assert device_thread_launches() == before + 1
+    expected = results[0].cpu()
+    for _ in range(40):  # 5 MiB written in place
+        x.add_(1.0)
+        expected.add_(1.0)
+    _C._run_queued()
+    assert device_thread_launches() == before + 2
+    assert torch.equal(x.cpu(), expected)
 
 
 @pytest.mark.parametrize("n", [1024, 32768])

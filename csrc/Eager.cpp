@@ -763,6 +763,12 @@ at::Tensor adoptKernelResult(const at::Tensor& cpu, c10::DeviceIndex device) {
   return deviceTensorLike(deviceStorage(takeForDevice(storage, device), nbytes), cpu);
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> adoptKernelResults(
+    const std::tuple<at::Tensor, at::Tensor, at::Tensor>& cpu, c10::DeviceIndex device) {
+  const auto adopt = [device](const at::Tensor& t) { return t.defined() ? adoptKernelResult(t, device) : t; };
+  return {adopt(std::get<0>(cpu)), adopt(std::get<1>(cpu)), adopt(std::get<2>(cpu))};
+}
+
 at::Tensor adoptExternal(const at::Tensor& cpu, c10::DeviceIndex device) {
   TORCH_CHECK(cpu.device().is_cpu(), "adoptExternal expects a CPU tensor, got ", cpu.device());
   c10::StorageImpl* storage = cpu.storage().unsafeGetStorageImpl();

@@ -72,6 +72,11 @@ at::Tensor owningHostAlias(const at::Tensor& tensor);
 // a copy into device memory otherwise.
 at::Tensor adoptKernelResult(const at::Tensor& cpu, c10::DeviceIndex device);
 
+// adoptKernelResult of each of a kernel's three results (a backward's gradients,
+// layer norm's output and statistics); one it did not compute (undefined) stays so.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> adoptKernelResults(
+    const std::tuple<at::Tensor, at::Tensor, at::Tensor>& cpu, c10::DeviceIndex device);
+
 // A neuron tensor on `device` taking over the memory of a CPU tensor produced
 // outside PyTorch's kernels: no copy when the CPU tensor is the only owner of
 // its storage. Not counted in the allocator's statistics.

@@ -20,7 +20,6 @@
 #include <torch/library.h>
 
 #include <array>
-#include <initializer_list>
 #include <optional>
 #include <tuple>
 
@@ -32,19 +31,22 @@ DirectOp kLayerNormBackward("native_layer_norm_backward");
 
 using Results = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 
-// Whether the CPU kernel can run on these operands' host aliases: every one
-// given on `input`'s neuron device, none rounded by the fp64 rule, input not empty.
-bool direct(const at::Tensor& input, std::initializer_list<const std::optional<at::Tensor>*> others) {
-  if (input.device().type() != kNeuron || input.numel() == 0 || needsFp64Emulation(input)) {
-    return false;
-  }
-  for (const auto* other : others) {
-    if (other->has_value() && (*other)->defined() &&
-        ((*other)->device() != input.device() || needsFp64Emulation(**other))) {
-      return false;
-    }
-  }
-  return true;
+// Whether the CPU kernel can read `t` through a host alias for a call on
+// `device`: on that device, not rounded by the fp64 rule. An optional operand
+// may also be absent.
+bool readable(const at::Tensor& t, c10::Device device) {
+  return t.defined() && t.device() == device && !needsFp64Emulation(t);
+}
+bool readable(const std::optional<at::Tensor>& t, c10::Device device) {
+  return !t.has_value() || !t->defined() || readable(*t, device);
+}
+
+// Whether the CPU kernel runs on the operands' host aliases: a non-empty neuron
+// `input`, every other operand readable beside it.
+template <class... Others>
+bool direct(const at::Tensor& input, const Others&... others) {
+  return input.device().type() == kNeuron && readable(input, input.device()) && input.numel() > 0 &&
+         (readable(others, input.device()) && ...);
 }
 
 std::optional<at::Tensor> hostAliasOf(const std::optional<at::Tensor>& tensor) {
@@ -54,48 +56,38 @@ std::optional<at::Tensor> hostAliasOf(const std::optional<at::Tensor>& tensor) {
   return hostAlias(*tensor);
 }
 
-at::Tensor adoptDefined(const at::Tensor& cpu, c10::DeviceIndex device) {
-  return cpu.defined() ? adoptKernelResult(cpu, device) : cpu;
-}
-
-Results adoptAll(const Results& cpu, c10::DeviceIndex device) {
-  return {adoptDefined(std::get<0>(cpu), device), adoptDefined(std::get<1>(cpu), device),
-          adoptDefined(std::get<2>(cpu), device)};
-}
-
 Results fromStack(torch::jit::Stack stack) {
   return {std::move(stack[0]).toTensor(), std::move(stack[1]).toTensor(), std::move(stack[2]).toTensor()};
 }
 
 Results layerNorm(const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
                   const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps) {
-  if (!direct(input, {&weight, &bias})) {
+  if (!direct(input, weight, bias)) {
     return fromStack(kLayerNorm.runGenericStack(input, normalized_shape, weight, bias, eps));
   }
   auto call = kLayerNorm.enter(input, normalized_shape, weight, bias, eps);
   const auto device = input.device().index();
   CaptureScope capture(device);
-  return adoptAll(at::native::layer_norm_cpu(hostAlias(input), C10_AS_INTARRAYREF_SLOW(normalized_shape),
-                                             hostAliasOf(weight), hostAliasOf(bias), eps),
-                  device);
+  return adoptKernelResults(at::native::layer_norm_cpu(hostAlias(input), C10_AS_INTARRAYREF_SLOW(normalized_shape),
+                                                       hostAliasOf(weight), hostAliasOf(bias), eps),
+                            device);
 }
 
 Results layerNormBackward(const at::Tensor& grad_out, const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
                           const at::Tensor& mean, const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
                           const std::optional<at::Tensor>& bias, std::array<bool, 3> output_mask) {
-  const std::optional<at::Tensor> tensors[] = {grad_out, mean, rstd};
-  if (!direct(input, {&tensors[0], &tensors[1], &tensors[2], &weight, &bias})) {
+  if (!direct(input, grad_out, mean, rstd, weight, bias)) {
     return fromStack(kLayerNormBackward.runGenericStack(grad_out, input, normalized_shape, mean, rstd, weight, bias,
                                                         output_mask));
   }
   auto call = kLayerNormBackward.enter(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask);
   const auto device = input.device().index();
   CaptureScope capture(device);
-  return adoptAll(at::native::layer_norm_backward_cpu(hostAlias(grad_out), hostAlias(input),
-                                                      C10_AS_INTARRAYREF_SLOW(normalized_shape), hostAlias(mean),
-                                                      hostAlias(rstd), hostAliasOf(weight), hostAliasOf(bias),
-                                                      output_mask),
-                  device);
+  return adoptKernelResults(at::native::layer_norm_backward_cpu(hostAlias(grad_out), hostAlias(input),
+                                                                C10_AS_INTARRAYREF_SLOW(normalized_shape),
+                                                                hostAlias(mean), hostAlias(rstd), hostAliasOf(weight),
+                                                                hostAliasOf(bias), output_mask),
+                            device);
 }
 
 } // namespace

@@ -96,8 +96,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> linearBackward(const at::Tensor& 
     at::AutoDispatchBelowADInplaceOrView below_autograd;  // plain CPU kernels: nothing to differentiate
     host = linearBackwardFormula(hostOperand(input), hostOperand(grad), hostOperand(weight), mask);
   }
-  const auto adopt = [device](const at::Tensor& t) { return t.defined() ? adoptKernelResult(t, device) : t; };
-  return {adopt(std::get<0>(host)), adopt(std::get<1>(host)), adopt(std::get<2>(host))};
+  return adoptKernelResults(host, device);
 }
 
 DirectOp kLinear("linear");

@@ -22,13 +22,15 @@ forward at batch 1, and bench_eager.py's two training steps (MLP, transformer), 
 slower with the queue on; and a small ReLU MLP's training step with SGD(foreach=False), where the
 queue takes the activations, their gradients, the zeroing of the gradients and the optimizer's arithmetic; and an AdamW step over
 100 parameters of 8,192 floats, where the queue's arithmetic is a large share of the time and the device
-thread overlaps it with the caller's Python.
+thread overlaps it with the caller's Python; and two activations written out as models write them
+(GPT-2's tanh GELU, Llama's silu(gate) * up), which queue whole with exp/tanh/sigmoid/silu and pow.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -71,6 +73,36 @@ def _chain(device):
         for i in range(20):
             x = x * 1.0001 if i % 2 else x + b
         return x
+    return step, step
+
+
+def _gelu_tanh_written_out(device):
+    """GPT-2's activation as Hugging Face writes it (NewGELUActivation): pow, tanh and six arithmetic
+    ops, all queued since exp/tanh/sigmoid/silu and pow by formula joined the queue."""
+    x = (torch.randn(1024, generator=torch.Generator().manual_seed(0)) * 3).to(device)
+
+    def step():
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+    return step, step
+
+
+def _silu_gate(device):
+    """Llama's MLP activation, silu(gate) * up, on 1,024 float32 each."""
+    g = torch.Generator().manual_seed(0)
+    gate, up = torch.randn(1024, generator=g).to(device), torch.randn(1024, generator=g).to(device)
+
+    def step():
+        return torch.nn.functional.silu(gate) * up
+    return step, step
+
+
+def _sigmoid_8k(device):
+    """One sigmoid over 8,192 float32: where the device's exp loop (about 0.4 ns per element) costs
+    more than the dispatch the queue saves."""
+    x = torch.randn(8192, generator=torch.Generator().manual_seed(0)).to(device)
+
+    def step():
+        return torch.sigmoid(x)
     return step, step
 
 
@@ -128,6 +160,9 @@ CASES = [
     Case("adamw_step", "AdamW step, foreach=False, 100 x 64 float32 parameters", _optimizer("adamw")),
     Case("adamw_step_8k", "AdamW step, foreach=False, 100 x 8,192 float32 parameters", _optimizer("adamw", 8192)),
     Case("mlp_fwd_b1", "LayerNorm+GELU MLP forward, batch 1 (Linear 256-1024-256)", _mlp_forward),
+    Case("gelu_tanh", "GPT-2's GELU written out (pow, tanh, 6 arithmetic ops), 1,024 float32", _gelu_tanh_written_out),
+    Case("silu_gate", "silu(gate) * up, 1,024 float32", _silu_gate),
+    Case("sigmoid_8k", "sigmoid, 8,192 float32", _sigmoid_8k),
     Case("relu_mlp_step", "ReLU MLP 64-128-128-64 training step, batch 8, SGD foreach=False", _small_relu_step),
     Case("mlp_step", "MLP training step (bench_eager.py)", _training(bench_eager.make_mlp)),
     Case("transformer_step", "Transformer training step (bench_eager.py)", _training(bench_eager.make_transformer)),

@@ -4,6 +4,7 @@
 #include "Allocator.h"
 #include "CpuLoops.h"
 #include "Eager.h"
+#include "FloatMath.h"
 #include "Recorder.h"
 #include "Runtime.h"
 
@@ -224,12 +225,15 @@ std::optional<Call> operands(QueuedOp op, const DirectOp& source, const at::Tens
 // fused multiply-add (exactly self +/- other for alpha 1), mul, div and sqrt
 // one IEEE operation; lerp is PyTorch's vectorized form, one fused
 // multiply-add from the nearer end (weight, or weight - 1 from `end`, when
-// |weight| >= 0.5); addcmul / addcdiv are self + (value * t1) * t2 and
+// |weight| >= 0.5); pow's exponents 2, 3 and -2 are x * x, x * x * x and
+// 1 / (x * x), as PyTorch's kernel computes them; addcmul / addcdiv are self + (value * t1) * t2 and
 // self + (value * t1) / t2, left to right. The unary ops and the activation
 // gradients are those of PyTorch's CPU kernels (relu keeps NaN and -0.0, as
 // clamp_min does; rsqrt is 1 / sqrt; fill and zero write the value, its sign
 // and NaN included; threshold_backward passes the gradient
-// where the input is above the threshold, a NaN input included).
+// where the input is above the threshold, a NaN input included). exp, tanh,
+// sigmoid, silu and silu_backward are FloatMath.h's: within about one ulp of
+// PyTorch's (whose bits depend on the CPU), and the same bits on every CPU.
 // `a` and `b` are functors of the element index (an array, or one value
 // repeated).
 template <class A, class B>
@@ -296,6 +300,30 @@ NEURON_INLINE void compute(QueuedOp op, float* out, A a, B b, const float* c, fl
       break;
     case QueuedOp::TanhBackward:
       for (int64_t i = 0; i < n; ++i) out[i] = a(i) * (1.0f - b(i) * b(i));
+      break;
+    case QueuedOp::Square:
+      for (int64_t i = 0; i < n; ++i) out[i] = a(i) * a(i);
+      break;
+    case QueuedOp::Cube:
+      for (int64_t i = 0; i < n; ++i) out[i] = a(i) * a(i) * a(i);
+      break;
+    case QueuedOp::InverseSquare:
+      for (int64_t i = 0; i < n; ++i) out[i] = 1.0f / (a(i) * a(i));
+      break;
+    case QueuedOp::Exp:
+      for (int64_t i = 0; i < n; ++i) out[i] = floatmath::exp(a(i));
+      break;
+    case QueuedOp::Tanh:
+      for (int64_t i = 0; i < n; ++i) out[i] = floatmath::tanh(a(i));
+      break;
+    case QueuedOp::Sigmoid:
+      for (int64_t i = 0; i < n; ++i) out[i] = floatmath::sigmoid(a(i));
+      break;
+    case QueuedOp::Silu:
+      for (int64_t i = 0; i < n; ++i) out[i] = floatmath::silu(a(i));
+      break;
+    case QueuedOp::SiluBackward:
+      for (int64_t i = 0; i < n; ++i) out[i] = floatmath::siluBackward(a(i), b(i));
       break;
   }
 }

@@ -3,9 +3,12 @@
 //
 // Float32 elementwise ops (csrc/FastOps.cpp serves them; the out-of-place and
 // in-place forms): add, sub, mul and div (Tensor overloads), sqrt, neg, abs,
-// relu, reciprocal, rsqrt, lerp (Scalar weight), addcmul and addcdiv, and the
-// activation gradients threshold_backward (relu's), sigmoid_backward and
-// tanh_backward, on contiguous tensors of one shape (add, sub, mul, div: or a
+// relu, reciprocal, rsqrt, pow (exponents 2, 3, -2, 0.5, -0.5, -1: PyTorch's
+// CPU kernel computes these with IEEE operations, not std::pow), lerp (Scalar
+// weight), addcmul and addcdiv, exp,
+// tanh, sigmoid and silu (csrc/FloatMath.h: the same bits on every CPU), and
+// the activation gradients threshold_backward (relu's), sigmoid_backward,
+// tanh_backward and silu_backward, on contiguous tensors of one shape (add, sub, mul, div: or a
 // scalar operand, or one that broadcasts by repeating whole rows), of at most
 // 32,768 elements
 // (PyTorch's grain size: its CPU kernels run them on one thread too), are
@@ -41,6 +44,8 @@ enum class QueuedOp : uint8_t {
   Add, Sub, Mul, Div, Sqrt, Lerp, Addcmul, Addcdiv,
   Neg, Abs, Relu, Reciprocal, Rsqrt, Fill,
   ThresholdBackward, SigmoidBackward, TanhBackward,
+  Exp, Tanh, Sigmoid, Silu, SiluBackward,
+  Square, Cube, InverseSquare,  // pow with exponent 2, 3, -2
 };
 
 // From TORCH_NEURONX_ENABLE_CONCATENATION, NEURON_LAUNCH_BLOCKING and
@@ -65,7 +70,8 @@ at::Tensor queueBinary(QueuedOp op, const DirectOp& source, const at::Tensor& se
 bool queueBinaryInplace(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor& other,
                         double alpha);
 // A unary op of self, lerp(self, b, value), addcmul / addcdiv(self, b, c, value=value),
-// threshold_backward(self, b, value), sigmoid_backward / tanh_backward(self, b) queued, every
+// threshold_backward(self, b, value), sigmoid_backward / tanh_backward(self, b),
+// silu_backward(self, b) (self: the gradient, b: the input) queued, every
 // tensor a float32 neuron tensor of self's shape (b, c: nullptr where the op has none).
 at::Tensor queueTensors(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor* b,
                         const at::Tensor* c, double value);

@@ -157,6 +157,8 @@ NEURON_BINARY_KERNELS(div, Div, NEURON_NOTHING, NEURON_NOTHING, std::optional<do
 #define NEURON_FILL_ARGS , value
 #define NEURON_OUTPUT_PARAMS , const at::Tensor& output
 #define NEURON_OUTPUT_ARGS , output
+#define NEURON_INPUT_PARAMS , const at::Tensor& input
+#define NEURON_INPUT_ARGS , input
 
 #define NEURON_NO_SCALAR std::optional<double>(0.0)
 NEURON_QUEUED_KERNELS(sqrt, "", Sqrt, UNARY, nullptr, nullptr, NEURON_NO_SCALAR)
@@ -165,6 +167,10 @@ NEURON_QUEUED_KERNELS(abs, "", Abs, UNARY, nullptr, nullptr, NEURON_NO_SCALAR)
 NEURON_QUEUED_KERNELS(relu, "", Relu, UNARY, nullptr, nullptr, NEURON_NO_SCALAR)
 NEURON_QUEUED_KERNELS(reciprocal, "", Reciprocal, UNARY, nullptr, nullptr, NEURON_NO_SCALAR)
 NEURON_QUEUED_KERNELS(rsqrt, "", Rsqrt, UNARY, nullptr, nullptr, NEURON_NO_SCALAR)
+NEURON_QUEUED_KERNELS(exp, "", Exp, UNARY, nullptr, nullptr, NEURON_NO_SCALAR)
+NEURON_QUEUED_KERNELS(tanh, "", Tanh, UNARY, nullptr, nullptr, NEURON_NO_SCALAR)
+NEURON_QUEUED_KERNELS(sigmoid, "", Sigmoid, UNARY, nullptr, nullptr, NEURON_NO_SCALAR)
+NEURON_QUEUED_KERNELS(silu, "", Silu, UNARY, nullptr, nullptr, NEURON_NO_SCALAR)
 // fill and zero are data movement (float64 is written exactly): the queue takes float32 only.
 NEURON_QUEUED_KERNELS(fill, ".Scalar", Fill, FILL, nullptr, nullptr, queueableScalar(value))
 NEURON_QUEUED_KERNELS(zero, "", Fill, UNARY, nullptr, nullptr, NEURON_NO_SCALAR)
@@ -174,6 +180,51 @@ NEURON_QUEUED_KERNELS(addcdiv, "", Addcdiv, POINTWISE, &tensor1, &tensor2, queue
 NEURON_QUEUED_KERNEL(threshold_backward, "", ThresholdBackward, THRESHOLD, &input, nullptr, queueableScalar(threshold))
 NEURON_QUEUED_KERNEL(sigmoid_backward, "", SigmoidBackward, OUTPUT, &output, nullptr, NEURON_NO_SCALAR)
 NEURON_QUEUED_KERNEL(tanh_backward, "", TanhBackward, OUTPUT, &output, nullptr, NEURON_NO_SCALAR)
+// pow with a number as exponent: queued where PyTorch's CPU kernel computes a
+// fixed formula of IEEE operations (2: x * x, 3: x * x * x, -2: 1 / (x * x),
+// 0.5: sqrt, -0.5: 1 / sqrt, -1: 1 / x; the same bits), any other exponent
+// runs unqueued (std::pow).
+std::optional<QueuedOp> powFormula(const at::Scalar& exponent) {
+  if (exponent.isComplex() || exponent.isBoolean()) {
+    return std::nullopt;
+  }
+  const double e = exponent.toDouble();
+  if (e == 2.0) return QueuedOp::Square;
+  if (e == 3.0) return QueuedOp::Cube;
+  if (e == -2.0) return QueuedOp::InverseSquare;
+  if (e == 0.5) return QueuedOp::Sqrt;
+  if (e == -0.5) return QueuedOp::Rsqrt;
+  if (e == -1.0) return QueuedOp::Reciprocal;
+  return std::nullopt;
+}
+
+DirectOp powOp("pow.Tensor_Scalar");
+DirectOp powInplaceOp("pow_.Scalar");
+
+at::Tensor powQueued(const at::Tensor& self, const at::Scalar& exponent) {
+  const auto op = concatenationEnabled() ? powFormula(exponent) : std::nullopt;
+  if (op) {
+    at::Tensor queued = queueTensors(*op, powOp, self, nullptr, nullptr, 0.0);
+    if (queued.defined()) {
+      auto call = powOp.enter(self, exponent);
+      return queued;
+    }
+  }
+  return powOp.runGeneric(self, exponent);
+}
+
+at::Tensor& powInplaceQueued(at::Tensor& self, const at::Scalar& exponent) {
+  const auto op = concatenationEnabled() ? powFormula(exponent) : std::nullopt;
+  if (op && queueTensorsInplace(*op, powInplaceOp, self, nullptr, nullptr, 0.0)) {
+    auto call = powInplaceOp.enter(self, exponent);
+    return self;
+  }
+  powInplaceOp.runGeneric(self, exponent);
+  return self;
+}
+
+// silu_backward(grad_output, self): the macro's `self` is the gradient, `input` the op's self.
+NEURON_QUEUED_KERNEL(silu_backward, "", SiluBackward, INPUT, &input, nullptr, NEURON_NO_SCALAR)
 
 } // namespace
 
@@ -198,6 +249,16 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   reciprocalInplaceOp.registerKernel(m, reciprocalInplaceQueued);
   rsqrtOp.registerKernel(m, rsqrtQueued);
   rsqrtInplaceOp.registerKernel(m, rsqrtInplaceQueued);
+  expOp.registerKernel(m, expQueued);
+  expInplaceOp.registerKernel(m, expInplaceQueued);
+  tanhOp.registerKernel(m, tanhQueued);
+  tanhInplaceOp.registerKernel(m, tanhInplaceQueued);
+  sigmoidOp.registerKernel(m, sigmoidQueued);
+  sigmoidInplaceOp.registerKernel(m, sigmoidInplaceQueued);
+  siluOp.registerKernel(m, siluQueued);
+  siluInplaceOp.registerKernel(m, siluInplaceQueued);
+  powOp.registerKernel(m, powQueued);
+  powInplaceOp.registerKernel(m, powInplaceQueued);
   fillOp.registerKernel(m, fillQueued);
   fillInplaceOp.registerKernel(m, fillInplaceQueued);
   zeroOp.registerKernel(m, zeroQueued);
@@ -211,6 +272,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   threshold_backwardOp.registerKernel(m, threshold_backwardQueued);
   sigmoid_backwardOp.registerKernel(m, sigmoid_backwardQueued);
   tanh_backwardOp.registerKernel(m, tanh_backwardQueued);
+  silu_backwardOp.registerKernel(m, silu_backwardQueued);
 }
 
 } // namespace torch_neuronx

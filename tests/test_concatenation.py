@@ -1,15 +1,18 @@
 """Adaptive Eager Execution's queue (TORCH_NEURONX_ENABLE_CONCATENATION; csrc/Concatenation.h):
 float32 elementwise add/sub/mul/div (with broadcast operands), sqrt, neg, abs, relu, reciprocal,
-rsqrt, lerp, addcmul, addcdiv, fill and zero, and the activation gradients (threshold_backward, sigmoid_backward,
-tanh_backward) queued and run as one launch when a value is needed. The reference is the same program on CPU tensors; the queued formulas are
+rsqrt, pow (exponents 2, 3, -2, 0.5, -0.5, -1), lerp, addcmul, addcdiv, fill and zero, exp, tanh,
+sigmoid and silu, and the activation gradients (threshold_backward, sigmoid_backward,
+tanh_backward, silu_backward) queued and run as one launch when a value is needed. The reference is the same program on CPU tensors; the queued formulas are
 PyTorch's own, so results are compared bit for bit where PyTorch computes one IEEE operation per
 element (alpha 1, mul, div) and at float32 rounding (assert_close's float32 rtol 1.3e-6, atol 1e-5)
 where PyTorch's CPU result depends on the instruction set (its fused multiply-adds on AVX2/AVX-512,
-its vectorized sqrt, which is not correctly rounded)."""
+its vectorized sqrt, which is not correctly rounded, its SLEEF exp and tanh); the device's own exp
+and tanh (csrc/FloatMath.h) are also held to their measured distance from the exact result."""
 
 from __future__ import annotations
 
 import contextlib
+import math
 import subprocess
 import sys
 import threading
@@ -503,7 +506,8 @@ def test_non_float32_or_strided_calls_run_unqueued_and_match_cpu(queueing):
     assert queued_since(before) == 0
 
 
-@pytest.mark.parametrize("act", [torch.relu, torch.sigmoid, torch.tanh, torch.nn.functional.relu6], ids=str)
+@pytest.mark.parametrize("act", [torch.relu, torch.sigmoid, torch.tanh, torch.nn.functional.relu6,
+                                 torch.nn.functional.silu], ids=str)
 def test_activation_gradients_are_queued_and_match_cpu(queueing, act):
     g = torch.Generator().manual_seed(13)
     x, w, grad = torch.randn(16, 32, generator=g), torch.randn(32, 32, generator=g), torch.randn(16, 32, generator=g)
@@ -514,8 +518,10 @@ def test_activation_gradients_are_queued_and_match_cpu(queueing, act):
         y.backward(grad.to(device))
         results.append([t.detach().cpu() for t in (y, xd.grad, wd.grad)])
     executed = torch_neuronx.get_executed_ops()
-    if act in (torch.relu, torch.sigmoid, torch.tanh):
-        name = {torch.relu: "threshold_backward", torch.sigmoid: "sigmoid_backward", torch.tanh: "tanh_backward"}[act]
+    names = {torch.relu: "threshold_backward", torch.sigmoid: "sigmoid_backward", torch.tanh: "tanh_backward",
+             torch.nn.functional.silu: "silu_backward"}
+    if act in names:
+        name = names[act]
         assert any(f"aten::{name}" in key and "|" in key for key in executed), sorted(executed)
     for got, want in zip(results[1], results[0]):
         torch.testing.assert_close(got, want)
@@ -543,7 +549,8 @@ def _every_queued_op(g):
             torch.lerp(a, b, 0.8), torch.addcmul(a, b, c, value=0.7), torch.addcdiv(a, b, c, value=-1.3),
             torch.ops.aten.threshold_backward(a, b - 1, 0.1), torch.ops.aten.sigmoid_backward(a, b),
             torch.ops.aten.tanh_backward(a, b), a.clone().add_(row, alpha=2.5), torch.ops.aten.fill(a, -0.0),
-            torch.ops.aten.zero(a)]
+            torch.ops.aten.zero(a), a.exp(), a.tanh(), a.sigmoid(), torch.nn.functional.silu(a),
+            torch.ops.aten.silu_backward(b, a), a ** 2, a ** 3, a ** -2]
 
 
 def test_the_loops_for_any_cpu_give_the_same_bits(queueing):
@@ -695,3 +702,110 @@ print("ok", torch_neuronx._C._concatenation_stats()[3] > 0)
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["ok", "True"], out.stdout
+
+
+TRANSCENDENTAL = {"exp": torch.exp, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "silu": torch.nn.functional.silu}
+# Where the results leave float32's normal range or its exp's, and tanh's two formulas meet (0.625).
+EDGES = torch.tensor([88.5, 88.72, 88.8, 89.5, -87.3, -88.8, -103.5, -104.5, 1e-6, -1e-6, 0.6249, -0.6251, 9.1, -20.0])
+
+
+def _in_place(name, t):
+    return torch.nn.functional.silu(t, inplace=True) if name == "silu" else getattr(t, name + "_")()
+
+
+@pytest.mark.parametrize("name", sorted(TRANSCENDENTAL))
+def test_transcendental_functions_are_queued_and_match_cpu_within_float32_rounding(queueing, name):
+    """exp, tanh, sigmoid and silu run in the queue with the device's own float32 exp and tanh
+    (csrc/FloatMath.h; sigmoid and silu are PyTorch's formulas on that exp). PyTorch's CPU results
+    come from SLEEF's vector code or the C library, by CPU and by position, so the comparison is at
+    float32 rounding; infinities, zeros' signs and NaN exactly."""
+    g = torch.Generator().manual_seed(31)
+    a = torch.cat([torch.randn(900, generator=g) * 10, torch.randn(80, generator=g) * 60, SPECIALS, EDGES])
+    na = a.to(DEV)
+    before = stats()
+    got = [TRANSCENDENTAL[name](na), _in_place(name, na.clone())]
+    assert queued_since(before) == 2
+    want = TRANSCENDENTAL[name](a)
+    for x in got:
+        x = x.cpu()
+        torch.testing.assert_close(x, want, equal_nan=True)
+        exact = ~torch.isfinite(want) | (want == 0)
+        assert torch.equal(x[exact].view(torch.int32), want[exact].view(torch.int32)), (a[exact], x[exact], want[exact])
+
+
+def _ulps_from_exact(got: torch.Tensor, exact: torch.Tensor) -> torch.Tensor:
+    """|got - exact| in units of the last place of float32 at the exact value (normal or subnormal);
+    0 where both are the same infinity or NaN."""
+    rounded = exact.float()
+    _, exponent = torch.frexp(exact)
+    ulp = torch.ldexp(torch.ones_like(exact), torch.clamp(exponent - 1, min=-126) - 23)
+    err = (got.double() - exact).abs() / ulp
+    same_special = (torch.isinf(rounded) & (got == rounded)) | (torch.isnan(exact) & torch.isnan(got))
+    return torch.where(same_special, torch.zeros_like(err), err)
+
+
+@pytest.mark.parametrize("name, bound", [("exp", 1.013), ("tanh", 1.33)])
+def test_the_devices_exp_and_tanh_stay_within_their_measured_distance_of_the_exact_result(queueing, name, bound):
+    """Measured once over every float32 input against the double result (exp 1.013 ulp at most,
+    tanh 1.330; csrc/FloatMath.h); here a million random bit patterns and a dense sweep of the range
+    where the results change, every op queued (32,768 values each)."""
+    g = torch.Generator().manual_seed(32)
+    patterns = torch.randint(-2**31, 2**31, (1 << 20,), generator=g, dtype=torch.int64).to(torch.int32).view(torch.float32)
+    sweep = torch.linspace(-110.0, 92.0, 1 << 18) if name == "exp" else torch.linspace(-12.0, 12.0, 1 << 18)
+    x = torch.cat([patterns, sweep, EDGES])
+    before = stats()
+    got = torch.cat([getattr(chunk.to(DEV), name)().cpu() for chunk in x.split(32768)])
+    assert queued_since(before) == len(x.split(32768))
+    exact = getattr(torch, name)(x.double())
+    err = _ulps_from_exact(got, exact)
+    assert err.max().item() <= bound, (x[err.argmax()].item(), got[err.argmax()].item(), exact[err.argmax()].item())
+    if name == "tanh":  # odd: the sign of every result, -0.0 included, is the input's
+        finite = ~torch.isnan(x)
+        assert torch.equal(torch.signbit(got[finite]), torch.signbit(x[finite]))
+
+
+def _new_gelu(x):
+    """GPT-2's activation as Hugging Face writes it out (NewGELUActivation): eight elementwise ops."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+@pytest.mark.parametrize("shape", [(1024,), (4, 96), (3, 5, 7)])
+def test_activations_written_out_run_as_one_launch_and_match_cpu(queueing, shape):
+    """GPT-2's GELU written out (pow, tanh and six arithmetic ops) and a SiLU-gated product (Llama's
+    MLP activation) each queue whole: one launch per read, results at float32 rounding of CPU's."""
+    g = torch.Generator().manual_seed(33)
+    x, up = torch.randn(shape, generator=g) * 3, torch.randn(shape, generator=g)
+    nx, nup = x.to(DEV), up.to(DEV)
+    for fn, args, cpu_args, ops in [(_new_gelu, (nx,), (x,), 8),
+                                     (lambda a, b: torch.nn.functional.silu(a) * b, (nx, nup), (x, up), 2)]:
+        _C._run_queued()
+        launches, queued = stats()
+        got = fn(*args).cpu()
+        assert stats()[0] - launches == 1 and stats()[1] - queued == ops
+        torch.testing.assert_close(got, fn(*cpu_args))
+
+
+@pytest.mark.parametrize("exponent", [2, 3, -2, 0.5, -0.5, -1, 2.0, 3.0])
+def test_pow_with_an_exponent_pytorch_computes_by_formula_is_queued_bit_for_bit(queueing, exponent):
+    """PyTorch's CPU pow computes x * x, x * x * x, 1 / (x * x), sqrt, 1 / sqrt and 1 / x for these
+    exponents, one IEEE operation at a time: the queue gives its bits (sqrt: at float32 rounding, as
+    PyTorch's vectorized sqrt is not correctly rounded on every CPU)."""
+    g = torch.Generator().manual_seed(34)
+    a = torch.cat([torch.randn(180, generator=g) * 10, SPECIALS, torch.tensor([1e13, -1e13, 1e-13, -1e-13, 3e38, 1e-40])])
+    na = a.to(DEV)
+    before = stats()
+    got = [na ** exponent, torch.pow(na, exponent), na.clone().pow_(exponent)]
+    assert queued_since(before) == 3
+    want = a ** exponent
+    rtol = 1.3e-6 if exponent == 0.5 else 0
+    for x in got:
+        torch.testing.assert_close(x.cpu(), want, rtol=rtol, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("exponent", [2.5, 1, 0, -3, 4.0])
+def test_pow_with_other_exponents_runs_unqueued_and_matches_cpu(queueing, exponent):
+    a = torch.rand(50) * 4 + 0.1
+    before = stats()
+    got = a.to(DEV) ** exponent
+    assert queued_since(before) == 0
+    torch.testing.assert_close(got.cpu(), a ** exponent)

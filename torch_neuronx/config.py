@@ -328,8 +328,9 @@ enable_concatenation = _declare(
          "AWS's release, as here): eager ops are queued and run together as one launch when a "
          "value is needed. The emulator queues float32 elementwise `add`, `sub`, `mul`, `div` "
          "(tensors of one shape, a scalar, or an operand that repeats whole rows), `sqrt`, `neg`, "
-         "`abs`, `relu`, `reciprocal`, `rsqrt`, `lerp`, `addcmul`, `addcdiv`, `fill` with a number, "
-         "`zero` and the ReLU, sigmoid and tanh gradients so far; see "
+         "`abs`, `relu`, `reciprocal`, `rsqrt`, `pow` (exponents 2, 3, -2, 0.5, -0.5, -1), `exp`, "
+         "`tanh`, `sigmoid`, `silu`, `lerp`, `addcmul`, `addcdiv`, `fill` with a number, `zero` "
+         "and the ReLU, sigmoid, tanh and SiLU gradients so far; see "
          "docs/eager-and-fallback.md#adaptive-eager-execution-concatenation. Off under "
          "`torch.use_deterministic_algorithms(True)`, `NEURON_LAUNCH_BLOCKING=1`, the audit and "
          "torch.profiler. Can be switched at run time with `torch_neuronx.ops.set_concatenation()`."))

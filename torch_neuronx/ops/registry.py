@@ -200,7 +200,8 @@ FAST_PATH_OVERLOADS = frozenset({
     "sqrt", "sqrt_", "lerp.Scalar", "lerp_.Scalar", "addcmul", "addcmul_", "addcdiv", "addcdiv_",
     "neg", "neg_", "abs", "abs_", "relu", "relu_", "reciprocal", "reciprocal_", "rsqrt", "rsqrt_",
     "fill.Scalar", "fill_.Scalar", "zero", "zero_",
-    "threshold_backward", "sigmoid_backward", "tanh_backward",
+    "exp", "exp_", "tanh", "tanh_", "sigmoid", "sigmoid_", "silu", "silu_", "pow.Tensor_Scalar", "pow_.Scalar",
+    "threshold_backward", "sigmoid_backward", "tanh_backward", "silu_backward",
     # csrc/Dropout.cpp: float32 with a boolean mask without converting the mask first
     "native_dropout_backward",
     # csrc/Linear.cpp: one float32 row (batch 1) through csrc/Gemv.cpp's loop

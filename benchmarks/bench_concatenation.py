@@ -64,9 +64,9 @@ class Case:
     make: Callable[[str], tuple[Callable[[], object], Callable[[], object]]]  # device -> (step, check)
 
 
-def _chain(device):
+def _chain(device, dtype=torch.float32):
     g = torch.Generator().manual_seed(0)
-    a, b = torch.randn(1024, generator=g).to(device), torch.randn(1024, generator=g).to(device)
+    a, b = (torch.randn(1024, generator=g).to(device, dtype), torch.randn(1024, generator=g).to(device, dtype))
 
     def step():
         x = a
@@ -156,6 +156,7 @@ def _training(make):
 
 CASES = [
     Case("chain20", "20 elementwise ops (x + b, x * 1.0001), 1,024 float32", _chain),
+    Case("chain20_bf16", "the same 20 ops on 1,024 bfloat16", lambda device: _chain(device, torch.bfloat16)),
     Case("sgd_step", "SGD step, momentum, foreach=False, 100 x 64 float32 parameters", _optimizer("sgd")),
     Case("adamw_step", "AdamW step, foreach=False, 100 x 64 float32 parameters", _optimizer("adamw")),
     Case("adamw_step_8k", "AdamW step, foreach=False, 100 x 8,192 float32 parameters", _optimizer("adamw", 8192)),

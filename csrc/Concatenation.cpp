@@ -43,10 +43,11 @@ namespace {
 struct Entry {
   QueuedOp op;
   const DirectOp* source;  // the op called, for its name
-  float* out = nullptr;
-  const float* a = nullptr;
-  const float* b = nullptr;  // null: `scalar` is the second operand (or the op has one)
-  const float* c = nullptr;
+  bool bf16 = false;       // the tensors' dtype: bfloat16, else float32
+  void* out = nullptr;
+  const void* a = nullptr;
+  const void* b = nullptr;  // null: `scalar` is the second operand (or the op has one)
+  const void* c = nullptr;
   int64_t n = 0;  // out's elements
   float scalar = 0.0f;
   float alpha = 0.0f;
@@ -145,12 +146,45 @@ std::optional<float> scalarValue(const at::Tensor& other) {
   }
 }
 
-// Whether a call with this `self` may be queued at all right now: a float32
-// neuron tensor of 1 to kMaxElements elements.
-bool queueable(const at::Tensor& self) {
+// `value` rounded to bfloat16 (to nearest even, as c10::BFloat16 does; a NaN
+// becomes 0x7FC0): its bits, and its value as a float32.
+NEURON_INLINE uint16_t bf16Bits(float value) {
+  const uint32_t bits = floatmath::bitsOf(value);
+  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  return static_cast<uint16_t>(value == value ? rounded : 0x7FC0u);
+}
+
+float roundedToBf16(float value) {
+  return floatmath::fromBits(static_cast<uint32_t>(bf16Bits(value)) << 16);
+}
+
+// A contiguous tensor of a dtype the queue computes, without conj/neg bits.
+bool plainQueueable(const at::Tensor& t) {
+  const auto dtype = t.scalar_type();
+  return (dtype == at::kFloat || dtype == at::kBFloat16) && t.is_contiguous() && !t.is_neg() && !t.is_conj();
+}
+
+// bfloat16: PyTorch's CPU kernels compute each of these ops in float32 and
+// round the result once (RNE), as the queue does, except rsqrt and pow's
+// exponents 3 and -2, which they compute in bfloat16 arithmetic, rounding
+// after each step: those run unqueued.
+bool computesInFloat(QueuedOp op) {
+  return op != QueuedOp::Rsqrt && op != QueuedOp::Cube && op != QueuedOp::InverseSquare;
+}
+
+// Whether `op` on this `self` may be queued at all right now: a float32 (or,
+// for ops computed in float32, bfloat16) neuron tensor of 1 to kMaxElements
+// elements.
+bool queueable(QueuedOp op, const at::Tensor& self) {
   return gEnabled.load(std::memory_order_relaxed) && activeHooks() == 0 &&
-         !at::globalContext().deterministicAlgorithms() && self.device().type() == kNeuron && plainFloat(self) &&
-         self.numel() > 0 && self.numel() <= kMaxElements;
+         !at::globalContext().deterministicAlgorithms() && self.device().type() == kNeuron &&
+         plainQueueable(self) && (self.scalar_type() == at::kFloat || computesInFloat(op)) && self.numel() > 0 &&
+         self.numel() <= kMaxElements;
+}
+
+// `other` is an operand of self's dtype the queue can read.
+bool sameDtype(const at::Tensor& other, const at::Tensor& self) {
+  return other.scalar_type() == self.scalar_type() && plainQueueable(other);
 }
 
 // How many elements `small` holds when broadcasting it to `full`'s shape
@@ -179,13 +213,15 @@ std::optional<int64_t> repeatPeriod(c10::IntArrayRef small, c10::IntArrayRef ful
 // one repeated); contiguous, no conj/neg bits.
 std::optional<Call> operands(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor& other,
                              double alpha, bool in_place) {
-  if (!queueable(self)) {
+  if (!queueable(op, self)) {
     return std::nullopt;
   }
-  Call call{Entry{op, &source}, &self};
-  call.entry.alpha = static_cast<float>(alpha);
+  Call call{Entry{op, &source, self.scalar_type() == at::kBFloat16}, &self};
+  // add/sub's alpha: PyTorch's kernel takes it in the tensors' dtype (a
+  // bfloat16 alpha: 0.37 is 0.369140625), then computes in float32.
+  call.entry.alpha = call.entry.bf16 ? roundedToBf16(static_cast<float>(alpha)) : static_cast<float>(alpha);
   if (other.device() == self.device()) {
-    if (!plainFloat(other)) {
+    if (!sameDtype(other, self)) {
       return std::nullopt;
     }
     call.b = &other;
@@ -236,103 +272,111 @@ std::optional<Call> operands(QueuedOp op, const DirectOp& source, const at::Tens
 // PyTorch's (whose bits depend on the CPU), and the same bits on every CPU.
 // `a` and `b` are functors of the element index (an array, or one value
 // repeated).
-template <class A, class B>
-NEURON_INLINE void compute(QueuedOp op, float* out, A a, B b, const float* c, float alpha, int64_t n) {
+template <class Out, class A, class B, class C>
+NEURON_INLINE void compute(QueuedOp op, Out out, A a, B b, C c, float alpha, int64_t n) {
   switch (op) {
     case QueuedOp::Sqrt:
-      for (int64_t i = 0; i < n; ++i) out[i] = std::sqrt(a(i));
+      for (int64_t i = 0; i < n; ++i) out(i, std::sqrt(a(i)));
       break;
     case QueuedOp::Lerp:
       if (std::abs(alpha) < 0.5f) {
-        for (int64_t i = 0; i < n; ++i) out[i] = std::fma(alpha, b(i) - a(i), a(i));
+        for (int64_t i = 0; i < n; ++i) out(i, std::fma(alpha, b(i) - a(i), a(i)));
       } else {
         const float coeff = alpha - 1.0f;
-        for (int64_t i = 0; i < n; ++i) out[i] = std::fma(coeff, b(i) - a(i), b(i));
+        for (int64_t i = 0; i < n; ++i) out(i, std::fma(coeff, b(i) - a(i), b(i)));
       }
       break;
     case QueuedOp::Addcmul:
-      for (int64_t i = 0; i < n; ++i) out[i] = a(i) + alpha * b(i) * c[i];
+      for (int64_t i = 0; i < n; ++i) out(i, a(i) + alpha * b(i) * c(i));
       break;
     case QueuedOp::Addcdiv:
-      for (int64_t i = 0; i < n; ++i) out[i] = a(i) + alpha * b(i) / c[i];
+      for (int64_t i = 0; i < n; ++i) out(i, a(i) + alpha * b(i) / c(i));
       break;
     case QueuedOp::Add:
     case QueuedOp::Sub: {
       const float scale = op == QueuedOp::Sub ? -alpha : alpha;
       if (scale == 1.0f) {
-        for (int64_t i = 0; i < n; ++i) out[i] = a(i) + b(i);
+        for (int64_t i = 0; i < n; ++i) out(i, a(i) + b(i));
       } else if (scale == -1.0f) {
-        for (int64_t i = 0; i < n; ++i) out[i] = a(i) - b(i);
+        for (int64_t i = 0; i < n; ++i) out(i, a(i) - b(i));
       } else {
-        for (int64_t i = 0; i < n; ++i) out[i] = std::fma(b(i), scale, a(i));
+        for (int64_t i = 0; i < n; ++i) out(i, std::fma(b(i), scale, a(i)));
       }
       break;
     }
     case QueuedOp::Mul:
-      for (int64_t i = 0; i < n; ++i) out[i] = a(i) * b(i);
+      for (int64_t i = 0; i < n; ++i) out(i, a(i) * b(i));
       break;
     case QueuedOp::Div:
-      for (int64_t i = 0; i < n; ++i) out[i] = a(i) / b(i);
+      for (int64_t i = 0; i < n; ++i) out(i, a(i) / b(i));
       break;
     case QueuedOp::Neg:
-      for (int64_t i = 0; i < n; ++i) out[i] = -a(i);
+      for (int64_t i = 0; i < n; ++i) out(i, -a(i));
       break;
     case QueuedOp::Abs:
-      for (int64_t i = 0; i < n; ++i) out[i] = std::fabs(a(i));
+      for (int64_t i = 0; i < n; ++i) out(i, std::fabs(a(i)));
       break;
     case QueuedOp::Relu:
-      for (int64_t i = 0; i < n; ++i) out[i] = a(i) < 0.0f ? 0.0f : a(i);
+      for (int64_t i = 0; i < n; ++i) out(i, a(i) < 0.0f ? 0.0f : a(i));
       break;
     case QueuedOp::Reciprocal:
-      for (int64_t i = 0; i < n; ++i) out[i] = 1.0f / a(i);
+      for (int64_t i = 0; i < n; ++i) out(i, 1.0f / a(i));
       break;
     case QueuedOp::Rsqrt:
-      for (int64_t i = 0; i < n; ++i) out[i] = 1.0f / std::sqrt(a(i));
+      for (int64_t i = 0; i < n; ++i) out(i, 1.0f / std::sqrt(a(i)));
       break;
     case QueuedOp::Fill:
-      for (int64_t i = 0; i < n; ++i) out[i] = alpha;
+      for (int64_t i = 0; i < n; ++i) out(i, alpha);
       break;
     case QueuedOp::ThresholdBackward:
-      for (int64_t i = 0; i < n; ++i) out[i] = b(i) <= alpha ? 0.0f : a(i);
+      for (int64_t i = 0; i < n; ++i) out(i, b(i) <= alpha ? 0.0f : a(i));
       break;
     case QueuedOp::SigmoidBackward:
-      for (int64_t i = 0; i < n; ++i) out[i] = a(i) * (1.0f - b(i)) * b(i);
+      for (int64_t i = 0; i < n; ++i) out(i, a(i) * (1.0f - b(i)) * b(i));
       break;
     case QueuedOp::TanhBackward:
-      for (int64_t i = 0; i < n; ++i) out[i] = a(i) * (1.0f - b(i) * b(i));
+      for (int64_t i = 0; i < n; ++i) out(i, a(i) * (1.0f - b(i) * b(i)));
       break;
     case QueuedOp::Square:
-      for (int64_t i = 0; i < n; ++i) out[i] = a(i) * a(i);
+      for (int64_t i = 0; i < n; ++i) out(i, a(i) * a(i));
       break;
     case QueuedOp::Cube:
-      for (int64_t i = 0; i < n; ++i) out[i] = a(i) * a(i) * a(i);
+      for (int64_t i = 0; i < n; ++i) out(i, a(i) * a(i) * a(i));
       break;
     case QueuedOp::InverseSquare:
-      for (int64_t i = 0; i < n; ++i) out[i] = 1.0f / (a(i) * a(i));
+      for (int64_t i = 0; i < n; ++i) out(i, 1.0f / (a(i) * a(i)));
       break;
     case QueuedOp::Exp:
-      for (int64_t i = 0; i < n; ++i) out[i] = floatmath::exp(a(i));
+      for (int64_t i = 0; i < n; ++i) out(i, floatmath::exp(a(i)));
       break;
     case QueuedOp::Tanh:
-      for (int64_t i = 0; i < n; ++i) out[i] = floatmath::tanh(a(i));
+      for (int64_t i = 0; i < n; ++i) out(i, floatmath::tanh(a(i)));
       break;
     case QueuedOp::Sigmoid:
-      for (int64_t i = 0; i < n; ++i) out[i] = floatmath::sigmoid(a(i));
+      for (int64_t i = 0; i < n; ++i) out(i, floatmath::sigmoid(a(i)));
       break;
     case QueuedOp::Silu:
-      for (int64_t i = 0; i < n; ++i) out[i] = floatmath::silu(a(i));
+      for (int64_t i = 0; i < n; ++i) out(i, floatmath::silu(a(i)));
       break;
     case QueuedOp::SiluBackward:
-      for (int64_t i = 0; i < n; ++i) out[i] = floatmath::siluBackward(a(i), b(i));
+      for (int64_t i = 0; i < n; ++i) out(i, floatmath::siluBackward(a(i), b(i)));
       break;
   }
 }
 
-// Operands as functors of the element index.
+// Operands as functors of the element index, read as float32 (a bfloat16 is
+// a float32's upper half: exact), and results written through a functor
+// (bfloat16: rounded to nearest even, a NaN to PyTorch's 0x7FC0).
 struct Elements {
   const float* data;
   float operator()(int64_t i) const {
     return data[i];
+  }
+};
+struct Bf16Elements {
+  const uint16_t* data;
+  float operator()(int64_t i) const {
+    return floatmath::fromBits(static_cast<uint32_t>(data[i]) << 16);
   }
 };
 struct Repeated {
@@ -341,33 +385,61 @@ struct Repeated {
     return value;
   }
 };
+struct Store {
+  float* data;
+  void operator()(int64_t i, float value) const {
+    data[i] = value;
+  }
+};
+struct Bf16Store {
+  uint16_t* data;
+  void operator()(int64_t i, float value) const {
+    data[i] = bf16Bits(value);
+  }
+};
+// The elements of an operand of the entry's dtype.
+template <class T>
+struct ElementsOf;
+template <>
+struct ElementsOf<float> {
+  using type = Elements;
+  using store = Store;
+};
+template <>
+struct ElementsOf<uint16_t> {
+  using type = Bf16Elements;
+  using store = Bf16Store;
+};
 
 // A repeated operand shorter than half of this is tiled to about this many
 // elements before the loops run (computeEntry).
 constexpr int64_t kTileElements = 512;
 
-// One entry's loops, on its operands' memory.
-NEURON_INLINE void computeEntry(const Entry& e) {
-  float* out = e.out;
-  const float *a = e.a, *b = e.b, *c = e.c;
+// One entry's loops, on its operands' memory (T: float, or uint16_t for bfloat16).
+template <class T>
+NEURON_INLINE void computeTyped(const Entry& e) {
+  using In = typename ElementsOf<T>::type;
+  using Out = typename ElementsOf<T>::store;
+  T* out = static_cast<T*>(e.out);
+  const T *a = static_cast<const T*>(e.a), *b = static_cast<const T*>(e.b), *c = static_cast<const T*>(e.c);
   const int64_t n = e.n;
   if (b == nullptr) {
-    compute(e.op, out, Elements{a}, Repeated{e.scalar}, c, e.alpha, n);
+    compute(e.op, Out{out}, In{a}, Repeated{e.scalar}, In{c}, e.alpha, n);
   } else if (e.period == 0) {
-    compute(e.op, out, Elements{a}, Elements{b}, c, e.alpha, n);
+    compute(e.op, Out{out}, In{a}, In{b}, In{c}, e.alpha, n);
   } else if (e.period == 1) {  // one value, read now: queued ops before this one may have written it
     if (e.a_repeats) {
-      compute(e.op, out, Repeated{*a}, Elements{b}, c, e.alpha, n);
+      compute(e.op, Out{out}, Repeated{In{a}(0)}, In{b}, In{c}, e.alpha, n);
     } else {
-      compute(e.op, out, Elements{a}, Repeated{*b}, c, e.alpha, n);
+      compute(e.op, Out{out}, In{a}, Repeated{In{b}(0)}, In{c}, e.alpha, n);
     }
   } else {
     // Chunk by chunk, each chunk a whole number of rows and the repeated
     // operand as long as one chunk: a short row is first tiled (so that each
     // loop runs over hundreds of elements, not a handful per call).
-    const float* repeated = e.a_repeats ? a : b;
+    const T* repeated = e.a_repeats ? a : b;
     int64_t chunk = e.period;
-    float tile[kTileElements];
+    T tile[kTileElements];
     if (e.period <= kTileElements / 2) {
       chunk = kTileElements / e.period * e.period;
       for (int64_t i = 0; i < chunk; ++i) {
@@ -377,9 +449,17 @@ NEURON_INLINE void computeEntry(const Entry& e) {
     }
     for (int64_t start = 0; start < n; start += chunk) {
       const int64_t m = std::min(chunk, n - start);  // rows are whole: n and chunk are multiples of period
-      compute(e.op, out + start, Elements{e.a_repeats ? repeated : a + start},
-              Elements{e.a_repeats ? b + start : repeated}, nullptr, e.alpha, m);
+      compute(e.op, Out{out + start}, In{e.a_repeats ? repeated : a + start}, In{e.a_repeats ? b + start : repeated},
+              In{nullptr}, e.alpha, m);
     }
+  }
+}
+
+NEURON_INLINE void computeEntry(const Entry& e) {
+  if (e.bf16) {
+    computeTyped<uint16_t>(e);
+  } else {
+    computeTyped<float>(e);
   }
 }
 
@@ -584,10 +664,10 @@ Ran runLocked(Queue& q) {
 // `call` queued, writing `out`.
 void push(Call& call, const at::Tensor& out) {
   Entry& entry = call.entry;
-  entry.out = static_cast<float*>(out.mutable_data_ptr());
-  entry.a = static_cast<const float*>(call.a->const_data_ptr());
-  entry.b = call.b != nullptr ? static_cast<const float*>(call.b->const_data_ptr()) : nullptr;
-  entry.c = call.c != nullptr ? static_cast<const float*>(call.c->const_data_ptr()) : nullptr;
+  entry.out = out.mutable_data_ptr();
+  entry.a = call.a->const_data_ptr();
+  entry.b = call.b != nullptr ? call.b->const_data_ptr() : nullptr;
+  entry.c = call.c != nullptr ? call.c->const_data_ptr() : nullptr;
   entry.n = out.numel();
   const bool fresh = &out != call.a;  // out of place: a result the queue holds (in place holds no new memory)
   entry.keep = {out, fresh ? *call.a : at::Tensor(), call.b != nullptr ? *call.b : at::Tensor(),
@@ -595,7 +675,7 @@ void push(Call& call, const at::Tensor& out) {
   Queue& q = queue();
   Ran finished;  // declared before the lock: dropped after it is released
   std::lock_guard<std::mutex> lock(q.mutex);
-  const auto bytes = static_cast<int64_t>(entry.n * sizeof(float));
+  const auto bytes = static_cast<int64_t>(entry.n * out.element_size());
   q.held_bytes += fresh ? bytes : 0;
   q.written_bytes += bytes;
   q.entries.push_back(std::move(entry));
@@ -615,28 +695,28 @@ void push(Call& call, const at::Tensor& out) {
 // addcdiv): float32 neuron tensors of self's shape on its core.
 std::optional<Call> tensorOperands(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor* b,
                                    const at::Tensor* c, double value) {
-  if (!queueable(self)) {
+  if (!queueable(op, self)) {
     return std::nullopt;
   }
   for (const at::Tensor* t : {b, c}) {
-    if (t != nullptr && (t->device() != self.device() || !plainFloat(*t) || !t->sizes().equals(self.sizes()))) {
+    if (t != nullptr && (t->device() != self.device() || !sameDtype(*t, self) || !t->sizes().equals(self.sizes()))) {
       return std::nullopt;
     }
   }
-  Call call{Entry{op, &source}, &self, b, c};
+  Call call{Entry{op, &source, self.scalar_type() == at::kBFloat16}, &self, b, c};
   call.entry.alpha = static_cast<float>(value);
   return call;
 }
 
 // A fresh result for `call` (the shape of its operand that is not repeated,
-// contiguous float32, on its core), then the call queued; the result.
+// contiguous, of its dtype, on its core), then the call queued; the result.
 at::Tensor queueOutOfPlace(Call& call) {
   at::Tensor out;
   {
     c10::DeviceGuard guard(call.a->device());
     out = at::detail::empty_generic(
         (call.entry.a_repeats ? call.b : call.a)->sizes(), &neuronAllocator(),
-        c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), at::kFloat, c10::MemoryFormat::Contiguous);
+        c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), call.a->scalar_type(), c10::MemoryFormat::Contiguous);
   }
   push(call, out);
   return out;

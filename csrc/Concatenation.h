@@ -1,14 +1,16 @@
 // Adaptive Eager Execution (TorchNeuron's "concatenation", issue #28): eager
 // ops queued and run together as one launch.
 //
-// Float32 elementwise ops (csrc/FastOps.cpp serves them; the out-of-place and
-// in-place forms): add, sub, mul and div (Tensor overloads), sqrt, neg, abs,
-// relu, reciprocal, rsqrt, pow (exponents 2, 3, -2, 0.5, -0.5, -1: PyTorch's
-// CPU kernel computes these with IEEE operations, not std::pow), lerp (Scalar
-// weight), addcmul and addcdiv, exp,
-// tanh, sigmoid and silu (csrc/FloatMath.h: the same bits on every CPU), and
-// the activation gradients threshold_backward (relu's), sigmoid_backward,
-// tanh_backward and silu_backward, on contiguous tensors of one shape (add, sub, mul, div: or a
+// Float32 and bfloat16 elementwise ops (csrc/FastOps.cpp serves them; the
+// out-of-place and in-place forms): add, sub, mul and div (Tensor overloads),
+// sqrt, neg, abs, relu, reciprocal, rsqrt, pow (exponents 2, 3, -2, 0.5,
+// -0.5, -1: PyTorch's CPU kernel computes these with IEEE operations, not
+// std::pow), lerp (Scalar weight), addcmul and addcdiv, exp, tanh, sigmoid
+// and silu (csrc/FloatMath.h: the same bits on every CPU), and the activation
+// gradients threshold_backward (relu's), sigmoid_backward, tanh_backward and
+// silu_backward (bfloat16: computed in float32 and rounded once, as PyTorch's
+// CPU kernels do; rsqrt and pow 3 / -2, which they compute in bfloat16 steps,
+// are not queued), on contiguous tensors of one shape (add, sub, mul, div: or a
 // scalar operand, or one that broadcasts by repeating whole rows), of at most
 // 32,768 elements
 // (PyTorch's grain size: its CPU kernels run them on one thread too), are
@@ -72,7 +74,7 @@ bool queueBinaryInplace(QueuedOp op, const DirectOp& source, const at::Tensor& s
 // A unary op of self, lerp(self, b, value), addcmul / addcdiv(self, b, c, value=value),
 // threshold_backward(self, b, value), sigmoid_backward / tanh_backward(self, b),
 // silu_backward(self, b) (self: the gradient, b: the input) queued, every
-// tensor a float32 neuron tensor of self's shape (b, c: nullptr where the op has none).
+// tensor a neuron tensor of self's shape and dtype (b, c: nullptr where the op has none).
 at::Tensor queueTensors(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor* b,
                         const at::Tensor* c, double value);
 bool queueTensorsInplace(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor* b,

@@ -7,7 +7,9 @@ PyTorch's own, so results are compared bit for bit where PyTorch computes one IE
 element (alpha 1, mul, div) and at float32 rounding (assert_close's float32 rtol 1.3e-6, atol 1e-5)
 where PyTorch's CPU result depends on the instruction set (its fused multiply-adds on AVX2/AVX-512,
 its vectorized sqrt, which is not correctly rounded, its SLEEF exp and tanh); the device's own exp
-and tanh (csrc/FloatMath.h) are also held to their measured distance from the exact result."""
+and tanh (csrc/FloatMath.h) are also held to their measured distance from the exact result.
+bfloat16 calls are computed in float32 and rounded once, as PyTorch's kernels do: bit for bit where
+PyTorch's bits do not depend on the CPU or an element's position, else within one bfloat16 rounding."""
 
 from __future__ import annotations
 
@@ -351,10 +353,11 @@ def test_sqrt_lerp_addcmul_addcdiv_match_cpu(queueing):
     lambda p: torch.optim.AdamW(p, lr=1e-2, foreach=False),
     lambda p: torch.optim.Adam(p, lr=1e-2, foreach=False),
 ], ids=["sgd", "adamw", "adam"])
-def test_optimizer_steps_with_foreach_false_queue_and_match_cpu(queueing, make):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_optimizer_steps_with_foreach_false_queue_and_match_cpu(queueing, make, dtype):
     g = torch.Generator().manual_seed(9)
-    init = [torch.randn(32, generator=g) for _ in range(5)]
-    grads = [[torch.randn(32, generator=g) for _ in init] for _ in range(3)]
+    init = [torch.randn(32, generator=g).to(dtype) for _ in range(5)]
+    grads = [[torch.randn(32, generator=g).to(dtype) for _ in init] for _ in range(3)]
     finals = []
     before = stats()
     for device in ("cpu", DEV):
@@ -496,7 +499,7 @@ def test_fill_keeps_program_order_views_and_float64_exactly(queueing):
 
 
 @pytest.mark.filterwarnings("ignore:.*float64 arithmetic")
-def test_non_float32_or_strided_calls_run_unqueued_and_match_cpu(queueing):
+def test_float16_float64_integer_or_strided_calls_run_unqueued_and_match_cpu(queueing):
     x = torch.randn(6, 4)
     cases = [x.double(), x.half(), (x * 10).int(), x.t()]
     before = stats()
@@ -553,18 +556,33 @@ def _every_queued_op(g):
             torch.ops.aten.silu_backward(b, a), a ** 2, a ** 3, a ** -2]
 
 
+def _every_queued_bfloat16_op(g):
+    """The same, on bfloat16 (computed in float32, rounded once)."""
+    a = torch.cat([torch.randn(989, generator=g) * 10, SPECIALS]).reshape(40, 25).bfloat16().to(DEV)
+    b = (torch.rand(40, 25, generator=g) + 0.5).bfloat16().to(DEV)
+    row = torch.randn(25, generator=g).bfloat16().to(DEV)
+    return [a + b, a.sub(row, alpha=-1.7), a * 3.3, a / b, b.sqrt(), a.relu(), torch.lerp(a, b, 0.8),
+            torch.addcmul(a, b, b, value=0.7), torch.addcdiv(a, b, b, value=-1.3), a.exp(), a.tanh(), a.sigmoid(),
+            torch.nn.functional.silu(a), torch.ops.aten.silu_backward(b, a), a ** 2, torch.ops.aten.fill(a, 1 / 3)]
+
+
 def test_the_loops_for_any_cpu_give_the_same_bits(queueing):
     """The queue's loops are built twice (any CPU of the architecture; x86-64 with AVX2 and FMA):
     every formula is elementwise and std::fma is correctly rounded, so both give the same bits
     (on a CPU without AVX2 and FMA both runs take the first)."""
-    fast = [t.cpu() for t in _every_queued_op(torch.Generator().manual_seed(21))]
+    def every_op():
+        return _every_queued_op(torch.Generator().manual_seed(21)) + _every_queued_bfloat16_op(
+            torch.Generator().manual_seed(22))
+
+    fast = [t.cpu() for t in every_op()]
     _C._any_cpu_loops(True)
     try:
-        portable = [t.cpu() for t in _every_queued_op(torch.Generator().manual_seed(21))]
+        portable = [t.cpu() for t in every_op()]
     finally:
         _C._any_cpu_loops(False)
     for x, y in zip(fast, portable):
-        assert torch.equal(x.view(torch.int32), y.view(torch.int32))
+        bits = torch.int32 if x.dtype == torch.float32 else torch.int16
+        assert x.dtype == y.dtype and torch.equal(x.view(bits), y.view(bits))
 
 
 # -- the device thread (asynchronous execution) ---------------------------------------------------
@@ -809,3 +827,116 @@ def test_pow_with_other_exponents_runs_unqueued_and_matches_cpu(queueing, expone
     got = a.to(DEV) ** exponent
     assert queued_since(before) == 0
     torch.testing.assert_close(got.cpu(), a ** exponent)
+
+
+# bfloat16 calls PyTorch's CPU kernels compute in float32 and round once, as the queue does: the same
+# bits (NaN compared as NaN: PyTorch writes 0x7FC0 or 0xFFFF by the element's position).
+BF16_EXACT = {
+    "add": lambda a, b, c: a + b, "sub": lambda a, b, c: a - b, "mul": lambda a, b, c: a * b,
+    "div": lambda a, b, c: a / b, "add_number": lambda a, b, c: a + 2.5, "mul_number": lambda a, b, c: a * 1.0001,
+    "div_number": lambda a, b, c: a / 7, "add_row": lambda a, b, c: a + b[0], "sqrt": lambda a, b, c: c.sqrt(), "neg": lambda a, b, c: -a,
+    "abs": lambda a, b, c: a.abs(), "relu": lambda a, b, c: a.relu(), "reciprocal": lambda a, b, c: c.reciprocal(),
+    "pow2": lambda a, b, c: a ** 2, "pow_half": lambda a, b, c: c ** 0.5, "pow_minus_one": lambda a, b, c: a ** -1,
+    "lerp_small": lambda a, b, c: torch.lerp(a, b, 0.3), "lerp_large": lambda a, b, c: torch.lerp(a, b, 0.8),
+    "addcdiv": lambda a, b, c: torch.addcdiv(a, b, c, value=-1.3),
+    "threshold_backward": lambda a, b, c: torch.ops.aten.threshold_backward(a, b, 0.1),
+    "sigmoid_backward": lambda a, b, c: torch.ops.aten.sigmoid_backward(a, c),
+    "tanh_backward": lambda a, b, c: torch.ops.aten.tanh_backward(a, c),
+    "fill": lambda a, b, c: torch.ops.aten.fill(a, 1 / 3), "fill_nan": lambda a, b, c: torch.ops.aten.fill(a, float("nan")),
+    "zero": lambda a, b, c: torch.ops.aten.zero(a), "add_inplace": lambda a, b, c: a.clone().add_(b),
+}
+# Within bfloat16 rounding of the exact result: PyTorch's addcmul is a fused multiply-add on AVX2 (the
+# queue's is not, on every CPU), its exp/tanh are SLEEF's; with an alpha other than 1, add and sub are a
+# fused multiply-add in float32 in its vector loop (the queue's formula) but bfloat16 steps in its
+# scalar tail, so its bits depend on an element's position. (alphas exact in bfloat16: PyTorch
+# rounds alpha to the tensors' dtype, below.)
+BF16_ROUNDED = {
+    "add_alpha": lambda a, b, c: a.add(b, alpha=0.375), "sub_alpha": lambda a, b, c: a.sub(b, alpha=1.75),
+    "add_alpha_inplace": lambda a, b, c: a.clone().add_(b, alpha=-0.3125),
+    "addcmul": lambda a, b, c: torch.addcmul(a, b, c, value=0.7), "exp": lambda a, b, c: a.exp(),
+    "tanh": lambda a, b, c: a.tanh(), "sigmoid": lambda a, b, c: a.sigmoid(),
+    "silu": lambda a, b, c: torch.nn.functional.silu(a),
+    "silu_backward": lambda a, b, c: torch.ops.aten.silu_backward(b, a),
+}
+
+
+def _bf16_operands(shape):
+    g = torch.Generator().manual_seed(35)
+    n = math.prod(shape)
+    specials = torch.cat([SPECIALS, torch.tensor([1e-40, -1e-40, 3e38, -3e38])])
+    a = torch.cat([torch.randn(n - len(specials), generator=g) * 10, specials]).reshape(shape)
+    b = (torch.randn(shape, generator=g) * 10)
+    c = torch.rand(shape, generator=g) + 0.5
+    return [t.bfloat16() for t in (a, b, c)]
+
+
+@pytest.mark.parametrize("shape", [(4096 + 21,), (64, 13)])
+@pytest.mark.parametrize("name", sorted(BF16_EXACT) + sorted(BF16_ROUNDED))
+def test_bfloat16_calls_are_queued_and_match_cpu(queueing, name, shape):
+    """(64, 13): 832 elements, every one in PyTorch's vector loop (AVX2 and AVX-512); 4,117: a tail too."""
+    cpu = _bf16_operands(shape)
+    fn = BF16_EXACT.get(name) or BF16_ROUNDED[name]
+    before = stats()
+    got = fn(*(t.to(DEV) for t in cpu)).cpu()
+    assert queued_since(before) >= 1
+    want = fn(*cpu)
+    assert got.dtype == want.dtype == torch.bfloat16
+    if name in BF16_EXACT:
+        nan = torch.isnan(want)
+        assert torch.equal(torch.isnan(got), nan)
+        assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
+        return
+    exact = fn(*(t.double() for t in cpu))  # the formula in float64: ours is within one bfloat16 rounding
+    torch.testing.assert_close(got.double(), exact, rtol=2**-8, atol=1e-5, equal_nan=True)
+    if math.prod(shape) % 64 == 0:
+        torch.testing.assert_close(got, want, equal_nan=True)
+
+
+def test_bfloat16_add_takes_alpha_in_bfloat16_as_pytorch_does(queueing):
+    """PyTorch's add/sub convert alpha to the tensors' dtype: 0.37 is 0.369140625 in bfloat16; then one
+    fused multiply-add in float32, rounded once (its vector loop, every element of 4,096)."""
+    a, b, _ = _bf16_operands((4096,))
+    got = a.to(DEV).add(b.to(DEV), alpha=0.37).cpu()
+    want = a.add(b, alpha=0.37)
+    nan = torch.isnan(want)
+    assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
+    with_float_alpha = (a.double() + 0.37 * b.double()).bfloat16()
+    assert not torch.equal(want[~nan].view(torch.int16), with_float_alpha[~nan].view(torch.int16))
+
+
+@pytest.mark.parametrize("name", ["rsqrt", "cube", "inverse_square", "mixed_dtypes", "float16"])
+def test_bfloat16_calls_pytorch_computes_in_bfloat16_steps_run_unqueued(queueing, name):
+    """rsqrt and pow's exponents 3 and -2 are computed by PyTorch's CPU kernel in bfloat16 arithmetic,
+    rounding after each step; a bfloat16 and a float32 operand promote to float32; float16 is not
+    queued: all run unqueued, with CPU's bits."""
+    a, b, c = _bf16_operands((257,))
+    fn = {"rsqrt": lambda a, b, c: c.rsqrt(), "cube": lambda a, b, c: a ** 3, "inverse_square": lambda a, b, c: a ** -2,
+          "mixed_dtypes": lambda a, b, c: a + b.float(), "float16": lambda a, b, c: a.half() * c.half()}[name]
+    before = stats()
+    got = fn(a.to(DEV), b.to(DEV), c.to(DEV)).cpu()
+    assert queued_since(before) == 0
+    want = fn(a, b, c)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+
+
+def test_bfloat16_training_step_queues_and_matches_cpu(queueing):
+    """A small SiLU MLP in bfloat16: forward, backward and an AdamW(foreach=False) step, against CPU."""
+    results = []
+    for device in ("cpu", DEV):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.SiLU(), torch.nn.Linear(64, 16)).bfloat16()
+        model = model.to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False)
+        g = torch.Generator().manual_seed(1)
+        x, target = torch.randn(8, 32, generator=g).bfloat16().to(device), torch.randn(8, 16, generator=g).bfloat16().to(device)
+        before = stats()
+        for _ in range(2):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), target).backward()
+            opt.step()
+        if device == DEV:
+            assert queued_since(before) > 20
+        results.append([p.detach().cpu() for p in model.parameters()])
+    for got, want in zip(results[1], results[0]):
+        torch.testing.assert_close(got, want)

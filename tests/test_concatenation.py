@@ -469,17 +469,20 @@ def test_unary_ops_are_queued_and_match_cpu_including_special_values(queueing, o
 FILL_VALUES = [2.5, -0.0, float("nan"), float("inf"), -float("inf"), 1e-45, 3, True, -7 * 2.0**100]
 
 
-def test_fill_and_zero_are_queued_and_write_cpus_bits(queueing):
-    """fill_/fill (a number) and zero_/zero on float32: the value's bits, its sign and NaN included."""
-    a = torch.randn(5, 7)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_fill_and_zero_are_queued_and_write_cpus_bits(queueing, dtype):
+    """fill_/fill (a number) and zero_/zero on float32 and bfloat16: the value's bits, its sign and NaN
+    included (bfloat16: the number rounded to float32, then to nearest even, as c10::BFloat16 does)."""
+    a = torch.randn(5, 7).to(dtype)
     na = a.to(DEV)
     for value in FILL_VALUES:
         before = stats()
         got = [na.clone().fill_(value), torch.ops.aten.fill(na, value), na.clone().zero_(), torch.ops.aten.zero(na)]
         assert queued_since(before) == 4
         want = [a.clone().fill_(value), torch.ops.aten.fill(a, value), a.clone().zero_(), torch.ops.aten.zero(a)]
+        bits = torch.int32 if dtype == torch.float32 else torch.int16
         for g, w in zip(got, want):
-            assert g.dtype == w.dtype and torch.equal(g.cpu().view(torch.int32), w.view(torch.int32))
+            assert g.dtype == w.dtype and torch.equal(g.cpu().view(bits), w.view(bits)), (value, g, w)
 
 
 def test_fill_keeps_program_order_views_and_float64_exactly(queueing):

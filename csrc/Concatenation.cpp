@@ -146,16 +146,12 @@ std::optional<float> scalarValue(const at::Tensor& other) {
   }
 }
 
-// `value` rounded to bfloat16 (to nearest even, as c10::BFloat16 does; a NaN
-// becomes 0x7FC0): its bits, and its value as a float32.
+// `value` rounded to bfloat16's bits (to nearest even, as c10::BFloat16 does;
+// a NaN becomes 0x7FC0).
 NEURON_INLINE uint16_t bf16Bits(float value) {
   const uint32_t bits = floatmath::bitsOf(value);
   const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
   return static_cast<uint16_t>(value == value ? rounded : 0x7FC0u);
-}
-
-float roundedToBf16(float value) {
-  return floatmath::fromBits(static_cast<uint32_t>(bf16Bits(value)) << 16);
 }
 
 // A contiguous tensor of a dtype the queue computes, without conj/neg bits.
@@ -217,9 +213,14 @@ std::optional<Call> operands(QueuedOp op, const DirectOp& source, const at::Tens
     return std::nullopt;
   }
   Call call{Entry{op, &source, self.scalar_type() == at::kBFloat16}, &self};
-  // add/sub's alpha: PyTorch's kernel takes it in the tensors' dtype (a
-  // bfloat16 alpha: 0.37 is 0.369140625), then computes in float32.
-  call.entry.alpha = call.entry.bf16 ? roundedToBf16(static_cast<float>(alpha)) : static_cast<float>(alpha);
+  // bfloat16 add/sub with an alpha other than 1: PyTorch's vector loop
+  // computes a float32 fused multiply-add, rounded once, its scalar loop (a
+  // tensor's last elements, all of a small one) bfloat16 steps, which differ
+  // by more than a rounding where the terms cancel: run unqueued.
+  if (call.entry.bf16 && alpha != 1.0) {
+    return std::nullopt;
+  }
+  call.entry.alpha = static_cast<float>(alpha);
   if (other.device() == self.device()) {
     if (!sameDtype(other, self)) {
       return std::nullopt;

@@ -10,6 +10,7 @@
 // gradients threshold_backward (relu's), sigmoid_backward, tanh_backward and
 // silu_backward (bfloat16: computed in float32 and rounded once, as PyTorch's
 // CPU kernels do; rsqrt and pow 3 / -2, which they compute in bfloat16 steps,
+// and add/sub with alpha != 1 (in bfloat16 steps in their scalar loop)
 // are not queued), on contiguous tensors of one shape (add, sub, mul, div: or a
 // scalar operand, or one that broadcasts by repeating whole rows), of at most
 // 32,768 elements

@@ -841,7 +841,6 @@ BF16_EXACT = {
     "div_number": lambda a, b, c: a / 7, "add_row": lambda a, b, c: a + b[0], "sqrt": lambda a, b, c: c.sqrt(), "neg": lambda a, b, c: -a,
     "abs": lambda a, b, c: a.abs(), "relu": lambda a, b, c: a.relu(), "reciprocal": lambda a, b, c: c.reciprocal(),
     "pow2": lambda a, b, c: a ** 2, "pow_half": lambda a, b, c: c ** 0.5, "pow_minus_one": lambda a, b, c: a ** -1,
-    "lerp_small": lambda a, b, c: torch.lerp(a, b, 0.3), "lerp_large": lambda a, b, c: torch.lerp(a, b, 0.8),
     "addcdiv": lambda a, b, c: torch.addcdiv(a, b, c, value=-1.3),
     "threshold_backward": lambda a, b, c: torch.ops.aten.threshold_backward(a, b, 0.1),
     "sigmoid_backward": lambda a, b, c: torch.ops.aten.sigmoid_backward(a, c),
@@ -849,9 +848,11 @@ BF16_EXACT = {
     "fill": lambda a, b, c: torch.ops.aten.fill(a, 1 / 3), "fill_nan": lambda a, b, c: torch.ops.aten.fill(a, float("nan")),
     "zero": lambda a, b, c: torch.ops.aten.zero(a), "add_inplace": lambda a, b, c: a.clone().add_(b),
 }
-# Within bfloat16 rounding of the exact result: PyTorch's addcmul is a fused multiply-add on AVX2 (the
-# queue's is not, on every CPU), its exp/tanh are SLEEF's.
+# Within bfloat16 rounding of the exact result: PyTorch's addcmul and lerp are fused multiply-adds on
+# AVX2 and AVX-512, not with ATEN_CPU_CAPABILITY=default (the queue's lerp is one on every CPU, its
+# addcmul is not), its exp/tanh are SLEEF's.
 BF16_ROUNDED = {
+    "lerp_small": lambda a, b, c: torch.lerp(a, b, 0.3), "lerp_large": lambda a, b, c: torch.lerp(a, b, 0.8),
     "addcmul": lambda a, b, c: torch.addcmul(a, b, c, value=0.7), "exp": lambda a, b, c: a.exp(),
     "tanh": lambda a, b, c: a.tanh(), "sigmoid": lambda a, b, c: a.sigmoid(),
     "silu": lambda a, b, c: torch.nn.functional.silu(a),

@@ -43,7 +43,7 @@ namespace {
 struct Entry {
   QueuedOp op;
   const DirectOp* source;  // the op called, for its name
-  at::ScalarType dtype = at::kFloat;  // the tensors': float32, bfloat16 or float16
+  bool bf16 = false;       // the tensors' dtype: bfloat16, else float32
   void* out = nullptr;
   const void* a = nullptr;
   const void* b = nullptr;  // null: `scalar` is the second operand (or the op has one)
@@ -146,35 +146,36 @@ std::optional<float> scalarValue(const at::Tensor& other) {
   }
 }
 
+// `value` rounded to bfloat16's bits (to nearest even, as c10::BFloat16 does;
+// a NaN becomes 0x7FC0).
+NEURON_INLINE uint16_t bf16Bits(float value) {
+  const uint32_t bits = floatmath::bitsOf(value);
+  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  return static_cast<uint16_t>(floatmath::selectBits(value == value, rounded, 0x7FC0u));
+}
+
 // A contiguous tensor of a dtype the queue computes, without conj/neg bits.
 bool plainQueueable(const at::Tensor& t) {
   const auto dtype = t.scalar_type();
-  return (dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf) && t.is_contiguous() &&
-         !t.is_neg() && !t.is_conj();
+  return (dtype == at::kFloat || dtype == at::kBFloat16) && t.is_contiguous() && !t.is_neg() && !t.is_conj();
 }
 
-// 16-bit floats: PyTorch's CPU kernels compute these ops in float32 and round
-// the result once (to nearest even), as the queue does. Not these, which run
-// unqueued: bfloat16 rsqrt and pow's exponents 3 and -2 (computed in bfloat16
-// steps), float16 rsqrt and the sigmoid gradient (float16 steps).
-bool computesInFloat(QueuedOp op, at::ScalarType dtype) {
-  if (op == QueuedOp::Rsqrt) {
-    return false;
-  }
-  if (dtype == at::kBFloat16) {
-    return op != QueuedOp::Cube && op != QueuedOp::InverseSquare;
-  }
-  return op != QueuedOp::SigmoidBackward;
+// bfloat16: PyTorch's CPU kernels compute each of these ops in float32 and
+// round the result once (RNE), as the queue does, except rsqrt and pow's
+// exponents 3 and -2, which they compute in bfloat16 arithmetic, rounding
+// after each step: those run unqueued.
+bool computesInFloat(QueuedOp op) {
+  return op != QueuedOp::Rsqrt && op != QueuedOp::Cube && op != QueuedOp::InverseSquare;
 }
 
 // Whether `op` on this `self` may be queued at all right now: a float32 (or,
-// for ops computed in float32, bfloat16 or float16) neuron tensor of 1 to
-// kMaxElements elements.
+// for ops computed in float32, bfloat16) neuron tensor of 1 to kMaxElements
+// elements.
 bool queueable(QueuedOp op, const at::Tensor& self) {
   return gEnabled.load(std::memory_order_relaxed) && activeHooks() == 0 &&
          !at::globalContext().deterministicAlgorithms() && self.device().type() == kNeuron &&
-         plainQueueable(self) && (self.scalar_type() == at::kFloat || computesInFloat(op, self.scalar_type())) &&
-         self.numel() > 0 && self.numel() <= kMaxElements;
+         plainQueueable(self) && (self.scalar_type() == at::kFloat || computesInFloat(op)) && self.numel() > 0 &&
+         self.numel() <= kMaxElements;
 }
 
 // `other` is an operand of self's dtype the queue can read.
@@ -211,12 +212,12 @@ std::optional<Call> operands(QueuedOp op, const DirectOp& source, const at::Tens
   if (!queueable(op, self)) {
     return std::nullopt;
   }
-  Call call{Entry{op, &source, self.scalar_type()}, &self};
-  // 16-bit add/sub with an alpha other than 1: PyTorch's vector loop computes
-  // a float32 fused multiply-add, rounded once, its scalar loop (a tensor's
-  // last elements, all of a small one) 16-bit steps, which differ by more
-  // than a rounding where the terms cancel: run unqueued.
-  if (call.entry.dtype != at::kFloat && alpha != 1.0) {
+  Call call{Entry{op, &source, self.scalar_type() == at::kBFloat16}, &self};
+  // bfloat16 add/sub with an alpha other than 1: PyTorch's vector loop
+  // computes a float32 fused multiply-add, rounded once, its scalar loop (a
+  // tensor's last elements, all of a small one) bfloat16 steps, which differ
+  // by more than a rounding where the terms cancel: run unqueued.
+  if (call.entry.bf16 && alpha != 1.0) {
     return std::nullopt;
   }
   call.entry.alpha = static_cast<float>(alpha);
@@ -366,80 +367,37 @@ NEURON_INLINE void compute(QueuedOp op, Out out, A a, B b, C c, float alpha, int
 
 // Operands as functors of the element index, read as float32 (a bfloat16 is
 // a float32's upper half: exact), and results written through a functor
-// (16-bit floats: rounded to nearest even, as c10::BFloat16 and c10::Half round).
+// (bfloat16: rounded to nearest even, a NaN to PyTorch's 0x7FC0).
+// Always inlined: GCC leaves some out of line in a switch this large, and a
+// loop that calls a function is not vectorized.
 struct Elements {
   const float* data;
-  float operator()(int64_t i) const {
+  NEURON_INLINE float operator()(int64_t i) const {
     return data[i];
   }
 };
-// 16-bit floats' storage.
-struct Bf16 {
-  uint16_t bits;
-};
-struct Fp16 {
-  uint16_t bits;
-};
 struct Bf16Elements {
-  const Bf16* data;
-  float operator()(int64_t i) const {
-    return floatmath::fromBits(static_cast<uint32_t>(data[i].bits) << 16);
-  }
-};
-// A float16 as a float32 (exact): a normal one's exponent rebiased, a
-// subnormal one's significand scaled by 2^-24, infinity and NaN kept.
-struct Fp16Elements {
-  const Fp16* data;
-  float operator()(int64_t i) const {
-    const uint32_t h = data[i].bits;
-    const uint32_t magnitude = h & 0x7FFFu;
-    const float normal = floatmath::fromBits((magnitude << 13) + (112u << 23));
-    const float subnormal = static_cast<float>(static_cast<int32_t>(magnitude)) * 0x1p-24f;
-    const float special = floatmath::fromBits((magnitude << 13) | 0x7F800000u);
-    const float value = floatmath::select(magnitude < 0x0400u, subnormal,
-                                          floatmath::select(magnitude >= 0x7C00u, special, normal));
-    return floatmath::fromBits(floatmath::bitsOf(value) | ((h & 0x8000u) << 16));
+  const uint16_t* data;
+  NEURON_INLINE float operator()(int64_t i) const {
+    return floatmath::fromBits(static_cast<uint32_t>(data[i]) << 16);
   }
 };
 struct Repeated {
   float value;
-  float operator()(int64_t) const {
+  NEURON_INLINE float operator()(int64_t) const {
     return value;
   }
 };
 struct Store {
   float* data;
-  void operator()(int64_t i, float value) const {
+  NEURON_INLINE void operator()(int64_t i, float value) const {
     data[i] = value;
   }
 };
-// float32 to bfloat16, to nearest even, as c10::BFloat16 rounds (a NaN: 0x7FC0).
 struct Bf16Store {
-  Bf16* data;
-  void operator()(int64_t i, float value) const {
-    const uint32_t bits = floatmath::bitsOf(value);
-    const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-    data[i].bits = static_cast<uint16_t>(value == value ? rounded : 0x7FC0u);
-  }
-};
-// float32 to float16, to nearest even, as c10::Half rounds: beyond the
-// largest float16 (65520 and up) infinity, below 2^-14 a subnormal (the value
-// times 2^24 rounded to an integer by a float addition), a NaN 0x7E00.
-struct Fp16Store {
-  Fp16* data;
-  void operator()(int64_t i, float value) const {
-    const uint32_t bits = floatmath::bitsOf(value);
-    const uint32_t sign = (bits >> 16) & 0x8000u;
-    const uint32_t magnitude = bits & 0x7FFFFFFFu;
-    const uint32_t rebiased = magnitude - (112u << 23);
-    const uint32_t normal = (rebiased + 0x0FFFu + ((magnitude >> 13) & 1u)) >> 13;
-    constexpr float kRound = 8388608.0f;  // 2^23: adding it rounds a value below 2^22 to an integer
-    const float scaled = std::fabs(value) * 0x1p24f + kRound;
-    const uint32_t subnormal = floatmath::bitsOf(scaled) - floatmath::bitsOf(kRound);
-    uint32_t h = magnitude < 0x38800000u ? subnormal : normal;
-    h = magnitude >= 0x47800000u ? 0x7C00u : h;  // 2^16 and up, infinity (65520 up to it rounds there above)
-    h = magnitude > 0x7F800000u ? 0x7E00u : h;
-    data[i].bits = static_cast<uint16_t>(h | sign);
+  uint16_t* data;
+  NEURON_INLINE void operator()(int64_t i, float value) const {
+    data[i] = bf16Bits(value);
   }
 };
 // The elements of an operand of the entry's dtype.
@@ -451,21 +409,16 @@ struct ElementsOf<float> {
   using store = Store;
 };
 template <>
-struct ElementsOf<Bf16> {
+struct ElementsOf<uint16_t> {
   using type = Bf16Elements;
   using store = Bf16Store;
-};
-template <>
-struct ElementsOf<Fp16> {
-  using type = Fp16Elements;
-  using store = Fp16Store;
 };
 
 // A repeated operand shorter than half of this is tiled to about this many
 // elements before the loops run (computeEntry).
 constexpr int64_t kTileElements = 512;
 
-// One entry's loops, on its operands' memory (T: float, Bf16 or Fp16).
+// One entry's loops, on its operands' memory (T: float, or uint16_t for bfloat16).
 template <class T>
 NEURON_INLINE void computeTyped(const Entry& e) {
   using In = typename ElementsOf<T>::type;
@@ -506,15 +459,10 @@ NEURON_INLINE void computeTyped(const Entry& e) {
 }
 
 NEURON_INLINE void computeEntry(const Entry& e) {
-  switch (e.dtype) {
-    case at::kBFloat16:
-      computeTyped<Bf16>(e);
-      break;
-    case at::kHalf:
-      computeTyped<Fp16>(e);
-      break;
-    default:
-      computeTyped<float>(e);
+  if (e.bf16) {
+    computeTyped<uint16_t>(e);
+  } else {
+    computeTyped<float>(e);
   }
 }
 
@@ -758,7 +706,7 @@ std::optional<Call> tensorOperands(QueuedOp op, const DirectOp& source, const at
       return std::nullopt;
     }
   }
-  Call call{Entry{op, &source, self.scalar_type()}, &self, b, c};
+  Call call{Entry{op, &source, self.scalar_type() == at::kBFloat16}, &self, b, c};
   call.entry.alpha = static_cast<float>(value);
   return call;
 }

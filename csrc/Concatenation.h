@@ -1,17 +1,17 @@
 // Adaptive Eager Execution (TorchNeuron's "concatenation", issue #28): eager
 // ops queued and run together as one launch.
 //
-// Float32, bfloat16 and float16 elementwise ops (csrc/FastOps.cpp serves
-// them; the out-of-place and in-place forms): add, sub, mul and div (Tensor overloads),
+// Float32 and bfloat16 elementwise ops (csrc/FastOps.cpp serves them; the
+// out-of-place and in-place forms): add, sub, mul and div (Tensor overloads),
 // sqrt, neg, abs, relu, reciprocal, rsqrt, pow (exponents 2, 3, -2, 0.5,
 // -0.5, -1: PyTorch's CPU kernel computes these with IEEE operations, not
 // std::pow), lerp (Scalar weight), addcmul and addcdiv, exp, tanh, sigmoid
 // and silu (csrc/FloatMath.h: the same bits on every CPU), and the activation
 // gradients threshold_backward (relu's), sigmoid_backward, tanh_backward and
-// silu_backward (16-bit: computed in float32 and rounded once, as PyTorch's
-// CPU kernels do; what they compute in 16-bit steps is not queued: rsqrt,
-// bfloat16 pow 3 / -2, the float16 sigmoid gradient, and add/sub with alpha
-// != 1 in their scalar loop), on contiguous tensors of one shape (add, sub, mul, div: or a
+// silu_backward (bfloat16: computed in float32 and rounded once, as PyTorch's
+// CPU kernels do; rsqrt and pow 3 / -2, which they compute in bfloat16 steps,
+// and add/sub with alpha != 1 (in bfloat16 steps in their scalar loop)
+// are not queued), on contiguous tensors of one shape (add, sub, mul, div: or a
 // scalar operand, or one that broadcasts by repeating whole rows), of at most
 // 32,768 elements
 // (PyTorch's grain size: its CPU kernels run them on one thread too), are

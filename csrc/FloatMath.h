@@ -40,10 +40,15 @@ NEURON_MATH_INLINE float fromBits(uint32_t bits) {
 }
 
 // `condition ? a : b` on bits: GCC would turn a ternary into a branch (jump
-// threading), and a loop with a branch is not vectorized.
-NEURON_MATH_INLINE float select(bool condition, float a, float b) {
+// threading, or computing an operand only where it is chosen), and a loop with
+// a branch is not vectorized.
+NEURON_MATH_INLINE uint32_t selectBits(bool condition, uint32_t a, uint32_t b) {
   const uint32_t mask = 0u - static_cast<uint32_t>(condition);
-  return fromBits((bitsOf(a) & mask) | (bitsOf(b) & ~mask));
+  return (a & mask) | (b & ~mask);
+}
+
+NEURON_MATH_INLINE float select(bool condition, float a, float b) {
+  return fromBits(selectBits(condition, bitsOf(a), bitsOf(b)));
 }
 
 NEURON_MATH_INLINE float exp(float x) {

@@ -8,8 +8,8 @@ element (alpha 1, mul, div) and at float32 rounding (assert_close's float32 rtol
 where PyTorch's CPU result depends on the instruction set (its fused multiply-adds on AVX2/AVX-512,
 its vectorized sqrt, which is not correctly rounded, its SLEEF exp and tanh); the device's own exp
 and tanh (csrc/FloatMath.h) are also held to their measured distance from the exact result.
-bfloat16 and float16 calls are computed in float32 and rounded once, as PyTorch's kernels do: bit for
-bit where PyTorch's bits do not depend on the CPU or an element's position, else within one rounding."""
+bfloat16 calls are computed in float32 and rounded once, as PyTorch's kernels do: bit for bit where
+PyTorch's bits do not depend on the CPU or an element's position, else within one bfloat16 rounding."""
 
 from __future__ import annotations
 
@@ -353,7 +353,7 @@ def test_sqrt_lerp_addcmul_addcdiv_match_cpu(queueing):
     lambda p: torch.optim.AdamW(p, lr=1e-2, foreach=False),
     lambda p: torch.optim.Adam(p, lr=1e-2, foreach=False),
 ], ids=["sgd", "adamw", "adam"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_optimizer_steps_with_foreach_false_queue_and_match_cpu(queueing, make, dtype):
     g = torch.Generator().manual_seed(9)
     init = [torch.randn(32, generator=g).to(dtype) for _ in range(5)]
@@ -368,8 +368,8 @@ def test_optimizer_steps_with_foreach_false_queue_and_match_cpu(queueing, make, 
                 p.grad = grad.to(device)
             opt.step()
         finals.append([p.detach().cpu() for p in params])
-    # 16-bit SGD: its add_(..., alpha=-lr) and weight decay's add(..., alpha=wd) run unqueued (below)
-    assert queued_since(before) >= 3 * 5 * (1 if dtype != torch.float32 and isinstance(opt, torch.optim.SGD) else 3)
+    # bfloat16 SGD: its add_(..., alpha=-lr) and weight decay's add(..., alpha=wd) run unqueued (below)
+    assert queued_since(before) >= 3 * 5 * (1 if dtype == torch.bfloat16 and isinstance(opt, torch.optim.SGD) else 3)
     for got, want in zip(finals[1], finals[0]):
         torch.testing.assert_close(got, want)
 
@@ -503,9 +503,9 @@ def test_fill_keeps_program_order_views_and_float64_exactly(queueing):
 
 
 @pytest.mark.filterwarnings("ignore:.*float64 arithmetic")
-def test_float64_integer_or_strided_calls_run_unqueued_and_match_cpu(queueing):
+def test_float16_float64_integer_or_strided_calls_run_unqueued_and_match_cpu(queueing):
     x = torch.randn(6, 4)
-    cases = [x.double(), (x * 10).int(), x.t(), x.half().t()]
+    cases = [x.double(), x.half(), (x * 10).int(), x.t()]
     before = stats()
     for t in cases:
         for op in ("neg", "abs", "relu"):
@@ -560,11 +560,11 @@ def _every_queued_op(g):
             torch.ops.aten.silu_backward(b, a), a ** 2, a ** 3, a ** -2]
 
 
-def _every_queued_16_bit_op(g, dtype):
-    """The same, on bfloat16 or float16 (computed in float32, rounded once)."""
-    a = torch.cat([torch.randn(989, generator=g) * 10, SPECIALS]).reshape(40, 25).to(dtype).to(DEV)
-    b = (torch.rand(40, 25, generator=g) + 0.5).to(dtype).to(DEV)
-    row = torch.randn(25, generator=g).to(dtype).to(DEV)
+def _every_queued_bfloat16_op(g):
+    """The same, on bfloat16 (computed in float32, rounded once)."""
+    a = torch.cat([torch.randn(989, generator=g) * 10, SPECIALS]).reshape(40, 25).bfloat16().to(DEV)
+    b = (torch.rand(40, 25, generator=g) + 0.5).bfloat16().to(DEV)
+    row = torch.randn(25, generator=g).bfloat16().to(DEV)
     return [a + b, a - row, a * 3.3, a / b, b.sqrt(), a.relu(), torch.lerp(a, b, 0.8),
             torch.addcmul(a, b, b, value=0.7), torch.addcdiv(a, b, b, value=-1.3), a.exp(), a.tanh(), a.sigmoid(),
             torch.nn.functional.silu(a), torch.ops.aten.silu_backward(b, a), a ** 2, torch.ops.aten.fill(a, 1 / 3)]
@@ -575,9 +575,8 @@ def test_the_loops_for_any_cpu_give_the_same_bits(queueing):
     every formula is elementwise and std::fma is correctly rounded, so both give the same bits
     (on a CPU without AVX2 and FMA both runs take the first)."""
     def every_op():
-        return (_every_queued_op(torch.Generator().manual_seed(21))
-                + _every_queued_16_bit_op(torch.Generator().manual_seed(22), torch.bfloat16)
-                + _every_queued_16_bit_op(torch.Generator().manual_seed(23), torch.float16))
+        return _every_queued_op(torch.Generator().manual_seed(21)) + _every_queued_bfloat16_op(
+            torch.Generator().manual_seed(22))
 
     fast = [t.cpu() for t in every_op()]
     _C._any_cpu_loops(True)
@@ -834,100 +833,72 @@ def test_pow_with_other_exponents_runs_unqueued_and_matches_cpu(queueing, expone
     torch.testing.assert_close(got.cpu(), a ** exponent)
 
 
-# 16-bit calls PyTorch's CPU kernels compute in float32 and round once, as the queue does: the same bits
-# (NaN compared as NaN: PyTorch writes 0x7FC0 or 0xFFFF for bfloat16 by the element's position).
-HALF_EXACT = {
+# bfloat16 calls PyTorch's CPU kernels compute in float32 and round once, as the queue does: the same
+# bits (NaN compared as NaN: PyTorch writes 0x7FC0 or 0xFFFF by the element's position).
+BF16_EXACT = {
     "add": lambda a, b, c: a + b, "sub": lambda a, b, c: a - b, "mul": lambda a, b, c: a * b,
     "div": lambda a, b, c: a / b, "add_number": lambda a, b, c: a + 2.5, "mul_number": lambda a, b, c: a * 1.0001,
-    "div_number": lambda a, b, c: a / 7, "add_row": lambda a, b, c: a + b[0], "sqrt": lambda a, b, c: c.sqrt(),
-    "neg": lambda a, b, c: -a, "abs": lambda a, b, c: a.abs(), "relu": lambda a, b, c: a.relu(),
-    "reciprocal": lambda a, b, c: c.reciprocal(), "pow2": lambda a, b, c: a ** 2, "pow_half": lambda a, b, c: c ** 0.5,
-    "pow_minus_one": lambda a, b, c: a ** -1, "addcdiv": lambda a, b, c: torch.addcdiv(a, b, c, value=-1.3),
+    "div_number": lambda a, b, c: a / 7, "add_row": lambda a, b, c: a + b[0], "sqrt": lambda a, b, c: c.sqrt(), "neg": lambda a, b, c: -a,
+    "abs": lambda a, b, c: a.abs(), "relu": lambda a, b, c: a.relu(), "reciprocal": lambda a, b, c: c.reciprocal(),
+    "pow2": lambda a, b, c: a ** 2, "pow_half": lambda a, b, c: c ** 0.5, "pow_minus_one": lambda a, b, c: a ** -1,
+    "addcdiv": lambda a, b, c: torch.addcdiv(a, b, c, value=-1.3),
     "threshold_backward": lambda a, b, c: torch.ops.aten.threshold_backward(a, b, 0.1),
     "sigmoid_backward": lambda a, b, c: torch.ops.aten.sigmoid_backward(a, c),
     "tanh_backward": lambda a, b, c: torch.ops.aten.tanh_backward(a, c),
     "fill": lambda a, b, c: torch.ops.aten.fill(a, 1 / 3), "fill_nan": lambda a, b, c: torch.ops.aten.fill(a, float("nan")),
-    "fill_inf": lambda a, b, c: torch.ops.aten.fill(a, -float("inf")), "zero": lambda a, b, c: torch.ops.aten.zero(a),
-    "add_inplace": lambda a, b, c: a.clone().add_(b),
-    "cube": lambda a, b, c: a ** 3, "inverse_square": lambda a, b, c: c ** -2,
+    "zero": lambda a, b, c: torch.ops.aten.zero(a), "add_inplace": lambda a, b, c: a.clone().add_(b),
 }
-# Within one rounding of the exact result: PyTorch's addcmul and lerp are fused multiply-adds on AVX2
-# and AVX-512, not with ATEN_CPU_CAPABILITY=default (the queue's lerp is one on every CPU, its addcmul
-# is not), its exp/tanh are SLEEF's.
-HALF_ROUNDED = {
+# Within bfloat16 rounding of the exact result: PyTorch's addcmul and lerp are fused multiply-adds on
+# AVX2 and AVX-512, not with ATEN_CPU_CAPABILITY=default (the queue's lerp is one on every CPU, its
+# addcmul is not), its exp/tanh are SLEEF's.
+BF16_ROUNDED = {
     "lerp_small": lambda a, b, c: torch.lerp(a, b, 0.3), "lerp_large": lambda a, b, c: torch.lerp(a, b, 0.8),
     "addcmul": lambda a, b, c: torch.addcmul(a, b, c, value=0.7), "exp": lambda a, b, c: a.exp(),
     "tanh": lambda a, b, c: a.tanh(), "sigmoid": lambda a, b, c: a.sigmoid(),
     "silu": lambda a, b, c: torch.nn.functional.silu(a),
     "silu_backward": lambda a, b, c: torch.ops.aten.silu_backward(b, a),
 }
-# What PyTorch computes in 16-bit steps, rounding after each: run unqueued (below).
-HALF_STEPS = {torch.bfloat16: {"rsqrt", "cube", "inverse_square"}, torch.float16: {"rsqrt", "sigmoid_backward"}}
-HALF_DTYPES = [torch.bfloat16, torch.float16]
 
 
-def _half_operands(shape, dtype):
+def _bf16_operands(shape):
     g = torch.Generator().manual_seed(35)
     n = math.prod(shape)
-    specials = torch.cat([SPECIALS, torch.tensor([1e-40, -1e-40, 3e38, -3e38, 6e-8, -6.1e-5, 65519.0, 7e4])])
+    specials = torch.cat([SPECIALS, torch.tensor([1e-40, -1e-40, 3e38, -3e38])])
     a = torch.cat([torch.randn(n - len(specials), generator=g) * 10, specials]).reshape(shape)
     b = (torch.randn(shape, generator=g) * 10)
     c = torch.rand(shape, generator=g) + 0.5
-    return [t.to(dtype) for t in (a, b, c)]
+    return [t.bfloat16() for t in (a, b, c)]
 
 
 @pytest.mark.parametrize("shape", [(4096 + 21,), (64, 13)])
-@pytest.mark.parametrize("name, dtype", [(name, dtype) for dtype in HALF_DTYPES
-                                         for name in sorted(HALF_EXACT) + sorted(HALF_ROUNDED)
-                                         if name not in HALF_STEPS[dtype]])
-def test_16_bit_calls_are_queued_and_match_cpu(queueing, name, shape, dtype):
-    """(64, 13): 832 elements, every one in PyTorch's vector loop (AVX2 and AVX-512); 4,117: a tail too.
-    (What PyTorch computes in 16-bit steps: the test below.)"""
-    cpu = _half_operands(shape, dtype)
-    fn = HALF_EXACT.get(name) or HALF_ROUNDED[name]
+@pytest.mark.parametrize("name", sorted(BF16_EXACT) + sorted(BF16_ROUNDED))
+def test_bfloat16_calls_are_queued_and_match_cpu(queueing, name, shape):
+    """(64, 13): 832 elements, every one in PyTorch's vector loop (AVX2 and AVX-512); 4,117: a tail too."""
+    cpu = _bf16_operands(shape)
+    fn = BF16_EXACT.get(name) or BF16_ROUNDED[name]
     before = stats()
     got = fn(*(t.to(DEV) for t in cpu)).cpu()
     assert queued_since(before) >= 1
     want = fn(*cpu)
-    assert got.dtype == want.dtype == dtype
-    if name in HALF_EXACT:
+    assert got.dtype == want.dtype == torch.bfloat16
+    if name in BF16_EXACT:
         nan = torch.isnan(want)
         assert torch.equal(torch.isnan(got), nan)
         assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
         return
-    exact = fn(*(t.double() for t in cpu))  # the formula in float64: ours is within one rounding of it
-    one_rounding = 2**-8 if dtype == torch.bfloat16 else 2**-10  # half a unit in the last place, relative, at most
-    overflow = torch.isinf(exact.to(dtype))  # beyond the dtype's range: its infinity
-    assert torch.equal(got[overflow].double(), exact.to(dtype)[overflow].double())
-    torch.testing.assert_close(got.double()[~overflow], exact[~overflow], rtol=one_rounding, atol=1e-5, equal_nan=True)
+    exact = fn(*(t.double() for t in cpu))  # the formula in float64: ours is within one bfloat16 rounding
+    torch.testing.assert_close(got.double(), exact, rtol=2**-8, atol=1e-5, equal_nan=True)
     if math.prod(shape) % 64 == 0:
         torch.testing.assert_close(got, want, equal_nan=True)
 
 
-def test_float16_conversions_are_exact_for_every_value_and_round_as_pytorch(queueing):
-    """Every float16 read and written back unchanged (neg twice), and every float16 times numbers whose
-    products round to subnormals, overflow, or halfway cases: CPU's bits."""
-    every = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.float16)
-    nan = torch.isnan(every)
-    for scale in (None, 1.0001, 1 / 3, 3.7e-5, 7.1e-8, 1.9e3, -65519.0 / 65504):
-        got, want = [], []
-        for chunk in every.split(32768):
-            got.append((-(-chunk.to(DEV)) if scale is None else chunk.to(DEV) * scale).cpu())
-            want.append(chunk if scale is None else chunk * scale)
-        got, want = torch.cat(got), torch.cat(want)
-        assert torch.equal(torch.isnan(got), torch.isnan(want))
-        keep = ~torch.isnan(want) & ~nan
-        assert torch.equal(got[keep].view(torch.int16), want[keep].view(torch.int16)), scale
-
-
-@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
 @pytest.mark.parametrize("n", [4096 + 21, 25])
-def test_16_bit_add_and_sub_with_an_alpha_other_than_one_run_unqueued(queueing, n, dtype):
-    """PyTorch's 16-bit add/sub with alpha != 1 compute a float32 fused multiply-add in its vector loop
-    but 16-bit steps in its scalar loop (a tensor's last elements, all of a small one): results that
+def test_bfloat16_add_and_sub_with_an_alpha_other_than_one_run_unqueued(queueing, n):
+    """PyTorch's bfloat16 add/sub with alpha != 1 compute a float32 fused multiply-add in its vector loop
+    but bfloat16 steps in its scalar loop (a tensor's last elements, all of a small one): results that
     differ by more than a rounding where the terms cancel (op_db's add, bfloat16, 25 elements). They
     run unqueued, with CPU's bits; alpha 1 is one rounding either way, and queued."""
-    a, b, _ = _half_operands((n,), dtype)
+    a, b, _ = _bf16_operands((n,))
     na, nb = a.to(DEV), b.to(DEV)
     before = stats()
     got = [na.add(nb, alpha=0.37), na.sub(nb, alpha=1.7), na.clone().add_(nb, alpha=-0.3)]
@@ -937,40 +908,35 @@ def test_16_bit_add_and_sub_with_an_alpha_other_than_one_run_unqueued(queueing, 
         torch.testing.assert_close(g.cpu(), w, rtol=0, atol=0, equal_nan=True)
     before = stats()
     got = na.add(nb, alpha=1).cpu()
-    want = a.add(b)
-    nan = torch.isnan(want)
-    assert queued_since(before) == 1 and torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
+    assert queued_since(before) == 1 and torch.equal(got.view(torch.int16), a.add(b).view(torch.int16))
 
 
-@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
-@pytest.mark.parametrize("name", ["rsqrt", "cube", "inverse_square", "sigmoid_backward", "mixed_dtypes", "bf16_with_fp16"])
-def test_16_bit_calls_pytorch_computes_in_steps_run_unqueued(queueing, name, dtype):
-    """rsqrt (both), pow's exponents 3 and -2 (bfloat16) and the sigmoid gradient (float16) are computed
-    by PyTorch's CPU kernel in 16-bit arithmetic, rounding after each step; a 16-bit and a float32
-    operand promote to float32, bfloat16 and float16 to float32: these run unqueued, with CPU's bits."""
-    a, b, c = _half_operands((257,), dtype)
-    fn = {**HALF_EXACT, "rsqrt": lambda a, b, c: c.rsqrt(), "mixed_dtypes": lambda a, b, c: a + b.float(),
-          "bf16_with_fp16": lambda a, b, c: a.bfloat16() * c.half()}[name]
-    queued = name in HALF_EXACT and name not in HALF_STEPS[dtype]
+@pytest.mark.parametrize("name", ["rsqrt", "cube", "inverse_square", "mixed_dtypes", "float16"])
+def test_bfloat16_calls_pytorch_computes_in_bfloat16_steps_run_unqueued(queueing, name):
+    """rsqrt and pow's exponents 3 and -2 are computed by PyTorch's CPU kernel in bfloat16 arithmetic,
+    rounding after each step; a bfloat16 and a float32 operand promote to float32; float16 is not
+    queued: all run unqueued, with CPU's bits."""
+    a, b, c = _bf16_operands((257,))
+    fn = {"rsqrt": lambda a, b, c: c.rsqrt(), "cube": lambda a, b, c: a ** 3, "inverse_square": lambda a, b, c: a ** -2,
+          "mixed_dtypes": lambda a, b, c: a + b.float(), "float16": lambda a, b, c: a.half() * c.half()}[name]
     before = stats()
     got = fn(a.to(DEV), b.to(DEV), c.to(DEV)).cpu()
-    assert queued_since(before) == (1 if queued else 0)
+    assert queued_since(before) == 0
     want = fn(a, b, c)
     assert got.dtype == want.dtype
     torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
 
 
-@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
-def test_16_bit_training_step_queues_and_matches_cpu(queueing, dtype):
-    """A small SiLU MLP in bfloat16 / float16: forward, backward and an AdamW(foreach=False) step, against CPU."""
+def test_bfloat16_training_step_queues_and_matches_cpu(queueing):
+    """A small SiLU MLP in bfloat16: forward, backward and an AdamW(foreach=False) step, against CPU."""
     results = []
     for device in ("cpu", DEV):
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.SiLU(), torch.nn.Linear(64, 16)).to(dtype)
+        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.SiLU(), torch.nn.Linear(64, 16)).bfloat16()
         model = model.to(device)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, eps=1e-4, foreach=False)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False)
         g = torch.Generator().manual_seed(1)
-        x, target = torch.randn(8, 32, generator=g).to(dtype).to(device), torch.randn(8, 16, generator=g).to(dtype).to(device)
+        x, target = torch.randn(8, 32, generator=g).bfloat16().to(device), torch.randn(8, 16, generator=g).bfloat16().to(device)
         before = stats()
         for _ in range(2):
             opt.zero_grad()
@@ -979,5 +945,5 @@ def test_16_bit_training_step_queues_and_matches_cpu(queueing, dtype):
         if device == DEV:
             assert queued_since(before) > 20
         results.append([p.detach().cpu() for p in model.parameters()])
-    for got, want in zip(results[1], results[0]):  # AdamW moves each weight by about lr = 1e-2 a step
-        torch.testing.assert_close(got, want, atol=1e-4, rtol=1.6e-2)
+    for got, want in zip(results[1], results[0]):
+        torch.testing.assert_close(got, want)

@@ -326,7 +326,7 @@ enable_concatenation = _declare(
     "TORCH_NEURONX_ENABLE_CONCATENATION", False, parse_flag, IMPORT, RUNTIME,
     doc=("Adaptive Eager Execution (AWS's source calls it concatenation; off unless `1` in "
          "AWS's release, as here): eager ops are queued and run together as one launch when a "
-         "value is needed. The emulator queues float32, bfloat16 and float16 elementwise `add`, `sub`, `mul`, `div` "
+         "value is needed. The emulator queues float32 and bfloat16 elementwise `add`, `sub`, `mul`, `div` "
          "(tensors of one shape, a scalar, or an operand that repeats whole rows), `sqrt`, `neg`, "
          "`abs`, `relu`, `reciprocal`, `rsqrt`, `pow` (exponents 2, 3, -2, 0.5, -0.5, -1), `exp`, "
          "`tanh`, `sigmoid`, `silu`, `lerp`, `addcmul`, `addcdiv`, `fill` with a number, `zero` "

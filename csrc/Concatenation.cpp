@@ -11,6 +11,7 @@
 #include <ATen/Context.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/Parallel.h>
 #include <c10/core/DeviceGuard.h>
 
 #include <unistd.h>
@@ -21,10 +22,12 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -74,10 +77,16 @@ struct Call {
   const at::Tensor* c = nullptr;
 };
 
-// Operands of at most PyTorch's grain size (32,768 elements): PyTorch's CPU
-// kernels run those on one thread, as the queue does, and the bytes a queued
-// op keeps alive stay small.
-constexpr int64_t kMaxElements = 32768;
+// PyTorch's grain size: its CPU kernels split longer loops across the
+// intra-op threads, and so does the queue (run()); a batch holding such an
+// entry runs on the calling thread, never the device thread, so that the two
+// do not compete with the intra-op threads for the cores.
+constexpr int64_t kGrainSize = 32768;
+// Operands of at most 131,072 elements (512 KiB of float32, kMaxHeldBytes):
+// an op on a larger tensor runs long enough that queueing saves nothing, and
+// the bytes a queued op keeps alive stay bounded. (TorchNeuron queues ops of
+// any size; at 65,536 its tests see "aten::add.Tensor|aten::mm" launches.)
+constexpr int64_t kMaxElements = 131072;
 // The queue also runs once the fresh results it holds (out-of-place ops') reach
 // kMaxHeldBytes, so that dead intermediates do not pile up and stay in cache
 // (about half of a core's L2), or once all its ops write kMaxWrittenBytes, so
@@ -94,27 +103,38 @@ struct Queue {
   std::vector<Entry> entries;
   int64_t held_bytes = 0;     // bytes of the queued ops' fresh results (out of place)
   int64_t written_bytes = 0;  // bytes all the queued ops write
+  bool parallel = false;      // some queued op splits across the intra-op threads (run())
   int64_t limit = 1024;
   ConcatenationStats stats;
   // get_executed_ops()'s counter of each sequence launched, by its ops' codes.
   std::unordered_map<std::string, std::atomic<int64_t>*> launched;
 };
 
+// A matmul-class op that ends the queued sequence and joins it (runQueuedEndingWith).
+// Identified by its name's address: one OperatorName per registered op.
+struct Joined {
+  const c10::OperatorName* op = nullptr;  // null: the sequence runs alone
+};
+
 // Counts one launch of the queued sequence in get_executed_ops(), under its
 // ops' names joined by "|", as TorchNeuron names a concatenated operation
-// ("mul|pow|aten::mm"); each op was counted under its own name when called.
-void countLaunch(Queue& q) {
+// ("mul|pow|aten::mm"), `joined` last; each op was counted under its own name when called.
+void countLaunch(Queue& q, Joined joined) {
   std::string key;  // the ops' addresses, in order
-  key.reserve(q.entries.size() * sizeof(const DirectOp*));
+  key.reserve((q.entries.size() + 1) * sizeof(const void*));
   for (const Entry& e : q.entries) {
     key.append(reinterpret_cast<const char*>(&e.source), sizeof(e.source));
   }
+  key.append(reinterpret_cast<const char*>(&joined.op), sizeof(joined.op));
   auto& counter = q.launched[key];
   if (counter == nullptr) {
     std::string name;
     for (const Entry& e : q.entries) {
       name += name.empty() ? "" : "|";
       name += c10::toString(e.source->handle().operator_name());
+    }
+    if (joined.op != nullptr) {
+      name += "|" + c10::toString(*joined.op);
     }
     counter = executedCounter(name);
   }
@@ -164,8 +184,9 @@ bool plainQueueable(const at::Tensor& t) {
 // round the result once (RNE), as the queue does, except rsqrt and pow's
 // exponents 3 and -2, which they compute in bfloat16 arithmetic, rounding
 // after each step: those run unqueued.
+// (Softmax: float32 only, its rows summed in float32 as PyTorch's float32 kernel sums them.)
 bool computesInFloat(QueuedOp op) {
-  return op != QueuedOp::Rsqrt && op != QueuedOp::Cube && op != QueuedOp::InverseSquare;
+  return op != QueuedOp::Rsqrt && op != QueuedOp::Cube && op != QueuedOp::InverseSquare && op != QueuedOp::Softmax;
 }
 
 // Whether `op` on this `self` may be queued at all right now: a float32 (or,
@@ -362,6 +383,46 @@ NEURON_INLINE void compute(QueuedOp op, Out out, A a, B b, C c, float alpha, int
     case QueuedOp::SiluBackward:
       for (int64_t i = 0; i < n; ++i) out(i, floatmath::siluBackward(a(i), b(i)));
       break;
+    case QueuedOp::Softmax:  // row by row: softmaxRows
+      break;
+  }
+}
+
+// Softmax of each row of `len` floats, computed as PyTorch's CPU kernel for the
+// last dim computes it: the row's maximum, exp(x - max), their sum, times the
+// sum's reciprocal (its exp and order of summation differ: a few ulps). Sums
+// and maxima run in kLanes lanes so that the loops vectorize. A NaN, or an
+// infinity's inf - inf, makes the row NaN, as there.
+NEURON_INLINE void softmaxRows(float* out, const float* in, int64_t n, int64_t len) {
+  constexpr int kLanes = 16;
+  constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
+  for (int64_t row = 0; row < n; row += len) {
+    const float* x = in + row;
+    float* y = out + row;
+    float lanes[kLanes];
+    std::fill(lanes, lanes + kLanes, kMinusInf);
+    int64_t i = 0;
+    for (; i + kLanes <= len; i += kLanes) {
+      for (int l = 0; l < kLanes; ++l) lanes[l] = x[i + l] > lanes[l] ? x[i + l] : lanes[l];
+    }
+    float max = kMinusInf;
+    for (int l = 0; l < kLanes; ++l) max = lanes[l] > max ? lanes[l] : max;
+    for (int64_t j = i; j < len; ++j) max = x[j] > max ? x[j] : max;
+    std::fill(lanes, lanes + kLanes, 0.0f);
+    for (i = 0; i + kLanes <= len; i += kLanes) {
+      for (int l = 0; l < kLanes; ++l) {
+        y[i + l] = floatmath::exp(x[i + l] - max);
+        lanes[l] += y[i + l];
+      }
+    }
+    float sum = 0.0f;
+    for (; i < len; ++i) {
+      y[i] = floatmath::exp(x[i] - max);
+      sum += y[i];
+    }
+    for (int l = 0; l < kLanes; ++l) sum += lanes[l];
+    const float scale = 1.0f / sum;
+    for (i = 0; i < len; ++i) y[i] *= scale;
   }
 }
 
@@ -426,6 +487,12 @@ NEURON_INLINE void computeTyped(const Entry& e) {
   T* out = static_cast<T*>(e.out);
   const T *a = static_cast<const T*>(e.a), *b = static_cast<const T*>(e.b), *c = static_cast<const T*>(e.c);
   const int64_t n = e.n;
+  if constexpr (std::is_same_v<T, float>) {
+    if (e.op == QueuedOp::Softmax) {
+      softmaxRows(out, a, n, e.period);
+      return;
+    }
+  }
   if (b == nullptr) {
     compute(e.op, Out{out}, In{a}, Repeated{e.scalar}, In{c}, e.alpha, n);
   } else if (e.period == 0) {
@@ -477,7 +544,7 @@ NEURON_VECTORIZED NEURON_AVX2_FMA void computeAvx2Fma(const Entry& e) {
 #endif
 std::atomic<bool> gAsync{true};  // a full queue goes to the device thread
 
-void run(const Entry& e) {
+void runOnThisThread(const Entry& e) {
 #ifdef NEURON_X86_FMA
   if (avx2FmaLoops()) {
     computeAvx2Fma(e);
@@ -485,6 +552,36 @@ void run(const Entry& e) {
   }
 #endif
   computeAnyCpu(e);
+}
+
+// `e`'s elements [begin, end) (whole rows of a repeated operand): its
+// pointers moved to `begin`, except a repeated operand's.
+Entry slice(const Entry& e, int64_t begin, int64_t end) {
+  Entry part = e;
+  const int64_t offset = begin * (e.bf16 ? 2 : 4);
+  const auto move = [offset](const void* p) {
+    return p == nullptr ? p : static_cast<const void*>(static_cast<const char*>(p) + offset);
+  };
+  part.out = static_cast<char*>(e.out) + offset;
+  part.a = e.period != 0 && e.a_repeats ? e.a : move(e.a);
+  part.b = e.period != 0 && !e.a_repeats ? e.b : move(e.b);
+  part.c = move(e.c);
+  part.n = end - begin;
+  return part;
+}
+
+// One entry's loops; above the grain size split across the intra-op threads
+// by whole rows, as PyTorch's kernels split them (each element is computed
+// by the same loop either way: the bits do not depend on the split).
+void run(const Entry& e) {
+  if (e.n <= kGrainSize || at::get_num_threads() == 1 || at::in_parallel_region()) {
+    runOnThisThread(e);
+    return;
+  }
+  const int64_t row = std::max<int64_t>(e.period, 1);
+  at::parallel_for(0, e.n / row, (kGrainSize + row - 1) / row, [&](int64_t begin, int64_t end) {
+    runOnThisThread(slice(e, begin * row, end * row));
+  });
 }
 
 // Asynchronous execution (issue #28 item 3): a queue that fills up while ops
@@ -606,12 +703,13 @@ void DeviceThread::beforeFork() {
 
 // Counts the queue's ops as one launch and empties it (the caller runs or hands over
 // what it moved out); `q.mutex` is held.
-std::vector<Entry> takeLaunch(Queue& q) {
-  countLaunch(q);
+std::vector<Entry> takeLaunch(Queue& q, Joined joined = {}) {
+  countLaunch(q, joined);
   q.stats.launches += 1;
-  q.stats.ops += static_cast<int64_t>(q.entries.size());
+  q.stats.ops += static_cast<int64_t>(q.entries.size()) + (joined.op != nullptr ? 1 : 0);
   q.held_bytes = 0;
   q.written_bytes = 0;
+  q.parallel = false;
   std::vector<Entry> launch = std::exchange(q.entries, {});
   q.entries.reserve(launch.size());  // one allocation rather than a doubling per power of two
   return launch;
@@ -652,10 +750,11 @@ struct Ran {
 };
 
 // Runs what is queued, after the device thread's batch; `q.mutex` is held.
-Ran runLocked(Queue& q) {
+// `joined`: the op that ends the sequence (counted with it).
+Ran runLocked(Queue& q, Joined joined = {}) {
   Ran ran(deviceThread().wait(), {});
   if (!q.entries.empty()) {
-    ran.entries = takeLaunch(q);
+    ran.entries = takeLaunch(q, joined);
     for (const Entry& e : ran.entries) {
       run(e);
     }
@@ -681,11 +780,12 @@ void push(Call& call, const at::Tensor& out) {
   const auto bytes = static_cast<int64_t>(entry.n * out.element_size());
   q.held_bytes += fresh ? bytes : 0;
   q.written_bytes += bytes;
+  q.parallel = q.parallel || entry.n > kGrainSize;
   q.entries.push_back(std::move(entry));
   detail::gQueued.store(true, std::memory_order_release);
   if (static_cast<int64_t>(q.entries.size()) >= q.limit || q.held_bytes >= kMaxHeldBytes ||
       q.written_bytes >= kMaxWrittenBytes) {
-    if (gAsync.load(std::memory_order_relaxed)) {
+    if (gAsync.load(std::memory_order_relaxed) && !q.parallel) {
       // Full while ops keep coming: to the device thread (gQueued stays set until runQueued waits for it).
       finished.batches = deviceThread().submit(takeLaunch(q));
     } else {
@@ -708,6 +808,9 @@ std::optional<Call> tensorOperands(QueuedOp op, const DirectOp& source, const at
   }
   Call call{Entry{op, &source, self.scalar_type() == at::kBFloat16}, &self, b, c};
   call.entry.alpha = static_cast<float>(value);
+  if (op == QueuedOp::Softmax) {
+    call.entry.period = self.size(-1);  // its rows (run() splits whole rows)
+  }
   return call;
 }
 
@@ -751,6 +854,16 @@ void runQueuedSlow() {
   ran = runLocked(q);
 }
 } // namespace detail
+
+void runQueuedEndingWith(const c10::OperatorHandle& op) {
+  if (!detail::gQueued.load(std::memory_order_acquire)) {
+    return;
+  }
+  Queue& q = queue();
+  Ran ran;  // declared before the lock: dropped after it is released
+  std::lock_guard<std::mutex> lock(q.mutex);
+  ran = runLocked(q, Joined{&op.operator_name()});
+}
 
 HeldEntries runQueuedHolding() {
   if (!detail::gQueued.load(std::memory_order_acquire)) {

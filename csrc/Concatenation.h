@@ -6,23 +6,26 @@
 // sqrt, neg, abs, relu, reciprocal, rsqrt, pow (exponents 2, 3, -2, 0.5,
 // -0.5, -1: PyTorch's CPU kernel computes these with IEEE operations, not
 // std::pow), lerp (Scalar weight), addcmul and addcdiv, exp, tanh, sigmoid
-// and silu (csrc/FloatMath.h: the same bits on every CPU), and the activation
+// and silu (csrc/FloatMath.h: the same bits on every CPU), softmax over the
+// last dim (float32: as PyTorch's kernel computes it, to a few ulps), and the activation
 // gradients threshold_backward (relu's), sigmoid_backward, tanh_backward and
 // silu_backward (bfloat16: computed in float32 and rounded once, as PyTorch's
 // CPU kernels do; rsqrt and pow 3 / -2, which they compute in bfloat16 steps,
 // and add/sub with alpha != 1 (in bfloat16 steps in their scalar loop)
 // are not queued), on contiguous tensors of one shape (add, sub, mul, div: or a
 // scalar operand, or one that broadcasts by repeating whole rows), of at most
-// 32,768 elements
-// (PyTorch's grain size: its CPU kernels run them on one thread too), are
+// 131,072 elements (above PyTorch's grain size, 32,768, split across the
+// intra-op threads as its CPU kernels split them), are
 // queued instead of run when TORCH_NEURONX_ENABLE_CONCATENATION is on. The
 // queue runs as one launch, in program order, when anything may read device
 // memory: every path to device bytes goes through a host alias (hostAlias,
 // owningHostAlias, Eager.h), and making one runs the queue first; so do
 // synchronize, events and a full queue (TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT
-// ops, 512 KiB of fresh results held, or 4 MiB written). A full queue is handed to the device
-// thread (asynchronous execution: it computes while the caller goes on
-// queueing, up to 4 batches ahead); whatever runs the queue waits for it
+// ops, 512 KiB of fresh results held, or 4 MiB written), and a matmul-class
+// op, which ends the sequence and joins its launch (runQueuedEndingWith). A full
+// queue is handed to the device thread (asynchronous execution: it computes
+// while the caller goes on queueing, up to 4 batches ahead; not a queue with an
+// op split across the intra-op threads); whatever runs the queue waits for it
 // first, so device memory is read and written in program order. A queued call
 // checks everything that could fail when it is queued (device, dtype, shape,
 // overlap), so an error is raised by the call that caused it, as unqueued.
@@ -49,6 +52,7 @@ enum class QueuedOp : uint8_t {
   ThresholdBackward, SigmoidBackward, TanhBackward,
   Exp, Tanh, Sigmoid, Silu, SiluBackward,
   Square, Cube, InverseSquare,  // pow with exponent 2, 3, -2
+  Softmax,  // _softmax over the last dim (float32): rows of `self`'s last size
 };
 
 // From TORCH_NEURONX_ENABLE_CONCATENATION, NEURON_LAUNCH_BLOCKING and
@@ -80,6 +84,14 @@ at::Tensor queueTensors(QueuedOp op, const DirectOp& source, const at::Tensor& s
                         const at::Tensor* c, double value);
 bool queueTensorsInplace(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor* b,
                          const at::Tensor* c, double value);
+
+// A matmul-class call (mm, bmm, addmm, baddbmm, addbmm, linear, its backward,
+// convolution: OpFlags kEndsFusedSequence) about to run. TorchNeuron's engine
+// ends the buffered sequence with such an op, itself included (its
+// MatMulToMatMul rule): the queued ops run now, before the call reads its
+// inputs, and the launch is counted in get_executed_ops() with the call as its
+// last op ("aten::add.Tensor|aten::mm"). Nothing queued: nothing to do.
+void runQueuedEndingWith(const c10::OperatorHandle& op);
 
 namespace detail {
 extern std::atomic<bool> gQueued;  // some op is queued

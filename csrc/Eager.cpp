@@ -665,6 +665,9 @@ void nativeKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   c10::IValue* args = stackArguments(stack, num_arguments);
   RecordedCall record(op, args, num_arguments, CallPath::Native);
 
+  if (meta.flags & kEndsFusedSequence) {
+    runQueuedEndingWith(op);
+  }
   HostArguments inputs(meta);
   inputs.unwrap(args, schema.arguments());
   lazyInit();

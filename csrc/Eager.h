@@ -50,6 +50,7 @@ namespace torch_neuronx {
 enum OpFlags : int {
   kCrossDevice = 1,      // copies and host-indexed ops: tensors may live anywhere
   kExactFp64 = 2,        // data movement: float64 is copied, never rounded; writes views of any strides
+  kEndsFusedSequence = 4,  // matmul-class: ends a queued sequence, joining it (Concatenation.h)
 };
 
 // The host alias of `tensor` (a neuron tensor).

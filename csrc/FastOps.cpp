@@ -223,6 +223,16 @@ at::Tensor& powInplaceQueued(at::Tensor& self, const at::Scalar& exponent) {
   return self;
 }
 
+// _softmax over the last dim, float32 (queueTensors takes no other dtype),
+// half_to_float false (true is an error for float32: the alias path raises it).
+#define NEURON_SOFTMAX_PARAMS , int64_t dim, bool half_to_float
+#define NEURON_SOFTMAX_ARGS , dim, half_to_float
+std::optional<double> lastDimSoftmax(const at::Tensor& self, int64_t dim, bool half_to_float) {
+  const bool last = self.dim() > 0 && (dim == -1 || dim == self.dim() - 1);
+  return last && !half_to_float ? std::optional<double>(0.0) : std::nullopt;
+}
+NEURON_QUEUED_KERNEL(_softmax, "", Softmax, SOFTMAX, nullptr, nullptr, lastDimSoftmax(self, dim, half_to_float))
+
 // silu_backward(grad_output, self): the macro's `self` is the gradient, `input` the op's self.
 NEURON_QUEUED_KERNEL(silu_backward, "", SiluBackward, INPUT, &input, nullptr, NEURON_NO_SCALAR)
 
@@ -271,6 +281,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   addcdivInplaceOp.registerKernel(m, addcdivInplaceQueued);
   threshold_backwardOp.registerKernel(m, threshold_backwardQueued);
   sigmoid_backwardOp.registerKernel(m, sigmoid_backwardQueued);
+  _softmaxOp.registerKernel(m, _softmaxQueued);
   tanh_backwardOp.registerKernel(m, tanh_backwardQueued);
   silu_backwardOp.registerKernel(m, silu_backwardQueued);
 }

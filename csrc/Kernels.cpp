@@ -2,6 +2,7 @@
 // path: allocation, copies between host and device, views and storage
 // plumbing. These are the ops every other op stands on, and the hottest.
 #include "Allocator.h"
+#include "Concatenation.h"
 #include "DeviceLimits.h"
 #include "Eager.h"
 #include "Runtime.h"
@@ -191,6 +192,7 @@ at::Tensor convolution(
     c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
     c10::IntArrayRef output_padding, int64_t groups) {
   auto call = kConvolution.enter(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups);
+  runQueuedEndingWith(kConvolution.handle());
   const auto device = input.device().index();
   CaptureScope capture(device);
   std::optional<at::Tensor> host_bias;

@@ -28,6 +28,7 @@
 // - A gradient of the gradient (create_graph=True) runs the differentiable
 //   formula.
 #include "Allocator.h"
+#include "Concatenation.h"
 #include "Eager.h"
 #include "Gemv.h"
 #include "Runtime.h"
@@ -89,6 +90,7 @@ DirectOp kLinearBackward("linear_backward");
 std::tuple<at::Tensor, at::Tensor, at::Tensor> linearBackward(const at::Tensor& input, const at::Tensor& grad,
                                                                const at::Tensor& weight, std::array<bool, 3> mask) {
   auto call = kLinearBackward.enter(input, grad, weight, mask);
+  runQueuedEndingWith(kLinearBackward.handle());
   const auto device = grad.device().index();
   std::tuple<at::Tensor, at::Tensor, at::Tensor> host;
   {
@@ -122,6 +124,7 @@ at::Tensor linearKernel(const at::Tensor& input, const at::Tensor& weight, const
     return kLinear.runGeneric(input, weight, bias);
   }
   auto call = kLinear.enter(input, weight, bias);
+  runQueuedEndingWith(kLinear.handle());
   const auto device = input.device().index();
   CaptureScope capture(device);
   const at::Tensor x = hostAlias(input);

@@ -391,6 +391,7 @@ PYBIND11_MODULE(_C, m) {
   m.attr("_op_flags") = enumValues<tn::OpFlags>({
       {"cross_device", tn::kCrossDevice},
       {"exact_fp64", tn::kExactFp64},
+      {"ends_fused_sequence", tn::kEndsFusedSequence},
   });
   m.def("_set_fallback_mode", [](int mode) { tn::setFallbackMode(static_cast<tn::FallbackMode>(mode)); });
   m.def("_set_concatenation", &tn::setConcatenation, py::arg("enabled"), py::arg("launch_blocking"),

@@ -947,3 +947,172 @@ def test_bfloat16_training_step_queues_and_matches_cpu(queueing):
         results.append([p.detach().cpu() for p in model.parameters()])
     for got, want in zip(results[1], results[0]):
         torch.testing.assert_close(got, want)
+
+
+# ------------------------------------------------- matmul-class ops end a sequence and join it
+
+def executed_launches():
+    """get_executed_ops()'s concatenated launches: name -> count."""
+    return {name: count for name, count in torch_neuronx.get_executed_ops().items() if "|" in name}
+
+
+MATMUL_CLASS_CALLS = {
+    # name in get_executed_ops(): (the call on a queued operand `q` and inputs, its inputs' shapes)
+    "aten::mm": (lambda q, b: q @ b, [(6, 8), (8, 5)]),
+    "aten::bmm": (lambda q, b: torch.bmm(q, b), [(2, 6, 8), (2, 8, 5)]),
+    "aten::addmm": (lambda q, b, c: torch.addmm(c, q, b), [(6, 8), (8, 5), (6, 5)]),
+    "aten::baddbmm": (lambda q, b, c: torch.baddbmm(c, q, b), [(2, 6, 8), (2, 8, 5), (2, 6, 5)]),
+    # linear: csrc/Linear.cpp's one-row kernel and the alias kernel's (a batch of rows)
+    "aten::linear": (lambda q, w: torch.nn.functional.linear(q, w), [(8,), (5, 8)]),
+    "aten::linear ": (lambda q, w, b: torch.nn.functional.linear(q, w, b), [(3, 4, 8), (5, 8), (5,)]),
+    "aten::convolution_overrideable": (lambda q, w: torch.nn.functional.conv2d(q, w, padding=1),
+                                       [(1, 3, 6, 6), (4, 3, 3, 3)]),
+}
+
+
+@pytest.mark.parametrize("name", MATMUL_CLASS_CALLS)
+def test_a_matmul_class_op_ends_the_queued_sequence_and_joins_its_launch(queueing, name):
+    """TorchNeuron's MatMulToMatMul rule: the ops queued before a matmul-class call run with it, as
+    one launch named "<queued ops>|<the call>"; the results are CPU's within float32 rounding (the
+    one-row linear is csrc/Gemv.cpp's own loop, whose order of summation differs)."""
+    call, shapes = MATMUL_CLASS_CALLS[name]
+    g = torch.Generator().manual_seed(21)
+    inputs = [torch.randn(s, generator=g) for s in shapes]
+    expected = call(inputs[0] + 1, *inputs[1:])
+    on_device = [t.to(DEV) for t in inputs]
+    _C._run_queued()
+    torch_neuronx.clear_op_tracking()
+    before = stats()
+    got = call(on_device[0] + 1, *on_device[1:])
+    assert stats()[0] - before[0] == 1 and stats()[1] - before[1] == 2  # one launch, of both ops
+    assert executed_launches() == {"aten::add.Tensor|" + name.strip(): 1}
+    torch.testing.assert_close(got.cpu(), expected, rtol=1.3e-6, atol=1e-5)
+
+
+def test_linear_backward_joins_the_queued_gradient(queueing):
+    g = torch.Generator().manual_seed(22)
+    x, w, grad = torch.randn(4, 8, generator=g), torch.randn(5, 8, generator=g), torch.randn(4, 5, generator=g)
+    grads = []
+    for dev in ("cpu", DEV):
+        xd, wd = x.to(dev).detach().requires_grad_(), w.to(dev).detach().requires_grad_()
+        y = torch.nn.functional.linear(xd, wd)
+        _C._run_queued()
+        torch_neuronx.clear_op_tracking()
+        y.backward(grad.to(dev) * 2)
+        grads.append((xd.grad.cpu(), wd.grad.cpu()))
+    assert executed_launches() == {"aten::mul.Tensor|aten::linear_backward": 1}
+    torch.testing.assert_close(grads[1], grads[0], rtol=0, atol=0)
+
+
+def test_nothing_queued_a_matmul_runs_as_its_own_launch(queueing):
+    a, b = torch.randn(6, 8, device=DEV), torch.randn(8, 5, device=DEV)
+    _C._run_queued()
+    torch_neuronx.clear_op_tracking()
+    before = stats()
+    (a @ b).cpu()
+    assert stats() == before and executed_launches() == {}
+
+
+def test_a_failing_matmul_raises_its_error_and_the_queued_ops_still_ran(queueing):
+    a = torch.randn(6, 8)
+    x = a.to(DEV) * 3
+    with pytest.raises(RuntimeError, match=r"mat1 and mat2 shapes cannot be multiplied \(6x8 and 7x5\)"):
+        x @ torch.randn(7, 5, device=DEV)
+    assert torch.equal(x.cpu(), a * 3)
+
+
+# ------------------------------------------------- tensors above PyTorch's grain size
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("n", [32769, 65536, 131072])
+def test_tensors_above_the_grain_size_are_queued_split_across_threads_bit_for_bit(queueing, threads, n):
+    """Up to 131,072 elements are queued; above PyTorch's grain size (32,768) an op's loop is split
+    across the intra-op threads by whole rows, and gives the same bits on any split."""
+    was = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        g = torch.Generator().manual_seed(n)
+        x = torch.randn(n // 128 if n % 128 == 0 else n, generator=g)
+        x = x.reshape(-1, 128) if n % 128 == 0 else x
+        bias = torch.randn(x.shape[-1], generator=g)
+        nx, nb = x.to(DEV), bias.to(DEV)
+        before = stats()
+        got = torch.relu(chain(nx, nb)) * 0.5 - nb
+        assert queued_since(before) == 23
+        assert torch.equal(got.cpu(), torch.relu(chain(x, bias)) * 0.5 - bias)
+    finally:
+        torch.set_num_threads(was)
+
+
+def test_tensors_above_the_limit_run_unqueued_and_match_cpu(queueing):
+    x = torch.randn(131073)
+    before = stats()
+    assert torch.equal((x.to(DEV) * 2 + 1).cpu(), x * 2 + 1)
+    assert queued_since(before) == 0
+
+
+# ------------------------------------------------- softmax over the last dim
+
+SOFTMAX_SHAPES = [(8, 64, 64), (3, 5), (2, 1000), (4, 33), (1,), (7, 1), (2, 3, 17)]
+
+
+@pytest.mark.parametrize("shape", SOFTMAX_SHAPES, ids=str)
+@pytest.mark.parametrize("dim", [-1, "last"])
+def test_softmax_over_the_last_dim_is_queued_and_matches_cpu(queueing, shape, dim):
+    """Computed as PyTorch's kernel computes it (max, exp(x - max), sum, times its reciprocal) with
+    the device's exp and its own order of summation: within float32 rounding of CPU's."""
+    g = torch.Generator().manual_seed(len(shape) * 100 + shape[-1])
+    x = torch.randn(shape, generator=g) * 4
+    d = len(shape) - 1 if dim == "last" else dim
+    before = stats()
+    got = torch.softmax(x.to(DEV) * 0.5, dim=d)
+    assert queued_since(before) == 2
+    torch.testing.assert_close(got.cpu(), torch.softmax(x * 0.5, dim=d), rtol=1.3e-6, atol=1e-7)
+
+
+def test_softmax_rows_with_nan_or_infinities_give_cpus_result(queueing):
+    inf, nan = float("inf"), float("nan")
+    x = torch.tensor([[1.0, inf, 2.0], [-inf, -inf, -inf], [0.0, 0.0, -inf], [nan, 1.0, 2.0], [1e30, -1e30, 0.0]])
+    before = stats()
+    got = torch.softmax(x.to(DEV) + 0, dim=-1)
+    assert queued_since(before) == 2
+    torch.testing.assert_close(got.cpu(), torch.softmax(x, dim=-1), equal_nan=True)
+
+
+@pytest.mark.filterwarnings("ignore:.*float64 arithmetic")
+def test_softmax_over_other_dims_dtypes_or_strides_runs_unqueued_and_matches_cpu(queueing):
+    x = torch.randn(4, 6, 5)
+    cases = [(x, 1), (x, 0), (x.transpose(1, 2), -1), (x.bfloat16(), -1), (x.half(), -1), (x.double(), -1)]
+    before = stats()
+    for t, dim in cases:
+        torch.testing.assert_close(torch.softmax(t.to(DEV), dim=dim).cpu(), torch.softmax(t, dim=dim))
+    assert queued_since(before) == 0
+
+
+def test_softmax_errors_are_pytorchs(queueing):
+    x = torch.randn(3, 4)
+    for call in (lambda t: torch._softmax(t, -1, True), lambda t: torch.softmax(t, dim=2)):
+        with pytest.raises((RuntimeError, IndexError)) as expected:
+            call(x)
+        with pytest.raises(type(expected.value)) as got:
+            call(x.to(DEV))
+        assert str(got.value) == str(expected.value)
+
+
+def test_attention_scores_scale_softmax_and_bmm_run_as_one_launch(queueing):
+    """scores * scale, softmax and the product with the values: one launch, as TorchNeuron joins
+    them; the gradients through it match CPU's."""
+    g = torch.Generator().manual_seed(23)
+    q, k, v = (torch.randn(2, 16, 8, generator=g) for _ in range(3))
+    outs = []
+    for dev in ("cpu", DEV):
+        qd, kd, vd = (t.to(dev).detach().requires_grad_() for t in (q, k, v))
+        scores = torch.bmm(qd, kd.transpose(1, 2))
+        _C._run_queued()
+        torch_neuronx.clear_op_tracking()
+        out = torch.bmm(torch.softmax(scores * 8 ** -0.5, dim=-1), vd)
+        launches = executed_launches()
+        out.sum().backward()
+        outs.append([out.detach().cpu()] + [t.grad.cpu() for t in (qd, kd, vd)])
+    assert launches == {"aten::mul.Tensor|aten::_softmax|aten::bmm": 1}
+    torch.testing.assert_close(outs[1], outs[0], rtol=1.3e-6, atol=1e-5)

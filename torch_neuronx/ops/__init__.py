@@ -14,6 +14,7 @@ from torch_neuronx.ops.registry import (
     COMPOSITE_OVERLOADS,
     DATA_MOVEMENT,
     DIRECT_KERNELS,
+    ENDS_FUSED_SEQUENCE,
     FAST_PATH_OVERLOADS,
     HOST_FALLBACK,
     MASK_INDEX_OVERLOADS,
@@ -26,6 +27,7 @@ from torch_neuronx.ops.registry import (
 # Fp64Mode), as the extension exports them: name -> value.
 CROSS_DEVICE = _C._op_flags["cross_device"]
 EXACT_FP64 = _C._op_flags["exact_fp64"]
+ENDS_SEQUENCE = _C._op_flags["ends_fused_sequence"]
 
 _FALLBACK_MODES = dict(_C._fallback_modes)
 _FP64_MODES = dict(_C._fp64_modes)
@@ -74,7 +76,8 @@ def _draws_from_default_generator(name: str) -> bool:
 
 
 def _flags(base: str) -> int:
-    return (CROSS_DEVICE if base in ACCEPTS_HOST_TENSORS else 0) | (EXACT_FP64 if base in DATA_MOVEMENT else 0)
+    return (CROSS_DEVICE if base in ACCEPTS_HOST_TENSORS else 0) | (EXACT_FP64 if base in DATA_MOVEMENT else 0) \
+        | (ENDS_SEQUENCE if base in ENDS_FUSED_SEQUENCE else 0)
 
 
 def native_overloads() -> list[tuple[str, int]]:

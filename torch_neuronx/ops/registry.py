@@ -201,7 +201,7 @@ FAST_PATH_OVERLOADS = frozenset({
     "neg", "neg_", "abs", "abs_", "relu", "relu_", "reciprocal", "reciprocal_", "rsqrt", "rsqrt_",
     "fill.Scalar", "fill_.Scalar", "zero", "zero_",
     "exp", "exp_", "tanh", "tanh_", "sigmoid", "sigmoid_", "silu", "silu_", "pow.Tensor_Scalar", "pow_.Scalar",
-    "threshold_backward", "sigmoid_backward", "tanh_backward", "silu_backward",
+    "threshold_backward", "sigmoid_backward", "tanh_backward", "silu_backward", "_softmax",
     # csrc/Dropout.cpp: float32 with a boolean mask without converting the mask first
     "native_dropout_backward",
     # csrc/Linear.cpp: one float32 row (batch 1) through csrc/Gemv.cpp's loop
@@ -276,10 +276,12 @@ TENSOR_ENGINE = frozenset({
 
 # Adaptive Eager Execution (the audit's model, audit/fusion.py): the ops that end a fused
 # sequence, themselves included. AWS's list (its MatMulToMatMul concatenation strategy),
-# plus convolution: conv2d is a composite that reaches a device as aten::convolution.
+# plus convolution_overrideable: conv2d and convolution are composites that reach this
+# device as that op. The queue follows it (csrc/Concatenation.h runQueuedEndingWith: the
+# alias kernel by the ops' flags, csrc/Linear.cpp's and csrc/Kernels.cpp's kernels by call).
 ENDS_FUSED_SEQUENCE = frozenset({
     "linear", "linear_backward", "matmul", "matmul_backward", "mm", "bmm", "addmm", "baddbmm", "addbmm",
-    "conv2d", "convolution",
+    "conv2d", "convolution", "convolution_overrideable",
 })
 
 

@@ -180,13 +180,19 @@ bool plainQueueable(const at::Tensor& t) {
   return (dtype == at::kFloat || dtype == at::kBFloat16) && t.is_contiguous() && !t.is_neg() && !t.is_conj();
 }
 
+// An op computed row by row (rows of `period` elements, all operands of the
+// result's shape), not element by element.
+bool rowWise(QueuedOp op) {
+  return op == QueuedOp::Softmax || op == QueuedOp::SoftmaxBackward;
+}
+
 // bfloat16: PyTorch's CPU kernels compute each of these ops in float32 and
 // round the result once (RNE), as the queue does, except rsqrt and pow's
 // exponents 3 and -2, which they compute in bfloat16 arithmetic, rounding
 // after each step: those run unqueued.
-// (Softmax: float32 only, its rows summed in float32 as PyTorch's float32 kernel sums them.)
+// Softmax and its gradient: float32 only (the row ops, rowWise).
 bool computesInFloat(QueuedOp op) {
-  return op != QueuedOp::Rsqrt && op != QueuedOp::Cube && op != QueuedOp::InverseSquare && op != QueuedOp::Softmax;
+  return op != QueuedOp::Rsqrt && op != QueuedOp::Cube && op != QueuedOp::InverseSquare && !rowWise(op);
 }
 
 // Whether `op` on this `self` may be queued at all right now: a float32 (or,
@@ -383,7 +389,8 @@ NEURON_INLINE void compute(QueuedOp op, Out out, A a, B b, C c, float alpha, int
     case QueuedOp::SiluBackward:
       for (int64_t i = 0; i < n; ++i) out(i, floatmath::siluBackward(a(i), b(i)));
       break;
-    case QueuedOp::Softmax:  // row by row: softmaxRows
+    case QueuedOp::Softmax:  // row by row: softmaxRows, softmaxBackwardRows
+    case QueuedOp::SoftmaxBackward:
       break;
   }
 }
@@ -423,6 +430,27 @@ NEURON_INLINE void softmaxRows(float* out, const float* in, int64_t n, int64_t l
     for (int l = 0; l < kLanes; ++l) sum += lanes[l];
     const float scale = 1.0f / sum;
     for (i = 0; i < len; ++i) y[i] *= scale;
+  }
+}
+
+// The softmax gradient of each row of `len` floats, as PyTorch's CPU kernel for
+// the last dim computes it: output * (grad - sum(grad * output)) (the sum in
+// kLanes lanes: another order, a few ulps).
+NEURON_INLINE void softmaxBackwardRows(float* out, const float* grad, const float* output, int64_t n, int64_t len) {
+  constexpr int kLanes = 16;
+  for (int64_t row = 0; row < n; row += len) {
+    const float* g = grad + row;
+    const float* y = output + row;
+    float* o = out + row;
+    float lanes[kLanes] = {};
+    int64_t i = 0;
+    for (; i + kLanes <= len; i += kLanes) {
+      for (int l = 0; l < kLanes; ++l) lanes[l] += g[i + l] * y[i + l];
+    }
+    float sum = 0.0f;
+    for (; i < len; ++i) sum += g[i] * y[i];
+    for (int l = 0; l < kLanes; ++l) sum += lanes[l];
+    for (i = 0; i < len; ++i) o[i] = y[i] * (g[i] - sum);
   }
 }
 
@@ -492,6 +520,10 @@ NEURON_INLINE void computeTyped(const Entry& e) {
       softmaxRows(out, a, n, e.period);
       return;
     }
+    if (e.op == QueuedOp::SoftmaxBackward) {
+      softmaxBackwardRows(out, a, b, n, e.period);
+      return;
+    }
   }
   if (b == nullptr) {
     compute(e.op, Out{out}, In{a}, Repeated{e.scalar}, In{c}, e.alpha, n);
@@ -554,17 +586,18 @@ void runOnThisThread(const Entry& e) {
   computeAnyCpu(e);
 }
 
-// `e`'s elements [begin, end) (whole rows of a repeated operand): its
-// pointers moved to `begin`, except a repeated operand's.
+// `e`'s elements [begin, end) (whole rows of a repeated operand, or of a row
+// op's): its pointers moved to `begin`, except a repeated operand's.
 Entry slice(const Entry& e, int64_t begin, int64_t end) {
   Entry part = e;
   const int64_t offset = begin * (e.bf16 ? 2 : 4);
   const auto move = [offset](const void* p) {
     return p == nullptr ? p : static_cast<const void*>(static_cast<const char*>(p) + offset);
   };
+  const bool repeats = e.period != 0 && !rowWise(e.op);
   part.out = static_cast<char*>(e.out) + offset;
-  part.a = e.period != 0 && e.a_repeats ? e.a : move(e.a);
-  part.b = e.period != 0 && !e.a_repeats ? e.b : move(e.b);
+  part.a = repeats && e.a_repeats ? e.a : move(e.a);
+  part.b = repeats && !e.a_repeats ? e.b : move(e.b);
   part.c = move(e.c);
   part.n = end - begin;
   return part;
@@ -808,7 +841,7 @@ std::optional<Call> tensorOperands(QueuedOp op, const DirectOp& source, const at
   }
   Call call{Entry{op, &source, self.scalar_type() == at::kBFloat16}, &self, b, c};
   call.entry.alpha = static_cast<float>(value);
-  if (op == QueuedOp::Softmax) {
+  if (rowWise(op)) {
     call.entry.period = self.size(-1);  // its rows (run() splits whole rows)
   }
   return call;

@@ -224,14 +224,20 @@ at::Tensor& powInplaceQueued(at::Tensor& self, const at::Scalar& exponent) {
 }
 
 // _softmax over the last dim, float32 (queueTensors takes no other dtype),
-// half_to_float false (true is an error for float32: the alias path raises it).
+// without a dtype conversion (`converts`: half_to_float, which is an error for
+// float32, or a gradient whose input_dtype is another: the alias path serves them).
 #define NEURON_SOFTMAX_PARAMS , int64_t dim, bool half_to_float
 #define NEURON_SOFTMAX_ARGS , dim, half_to_float
-std::optional<double> lastDimSoftmax(const at::Tensor& self, int64_t dim, bool half_to_float) {
+std::optional<double> lastDimSoftmax(const at::Tensor& self, int64_t dim, bool converts) {
   const bool last = self.dim() > 0 && (dim == -1 || dim == self.dim() - 1);
-  return last && !half_to_float ? std::optional<double>(0.0) : std::nullopt;
+  return last && !converts ? std::optional<double>(0.0) : std::nullopt;
 }
 NEURON_QUEUED_KERNEL(_softmax, "", Softmax, SOFTMAX, nullptr, nullptr, lastDimSoftmax(self, dim, half_to_float))
+// Its gradient (self: the incoming gradient), for a float32 softmax (input_dtype float32).
+#define NEURON_SOFTMAX_BACKWARD_PARAMS , const at::Tensor& output, int64_t dim, at::ScalarType input_dtype
+#define NEURON_SOFTMAX_BACKWARD_ARGS , output, dim, input_dtype
+NEURON_QUEUED_KERNEL(_softmax_backward_data, "", SoftmaxBackward, SOFTMAX_BACKWARD, &output, nullptr,
+                     lastDimSoftmax(self, dim, input_dtype != self.scalar_type()))
 
 // silu_backward(grad_output, self): the macro's `self` is the gradient, `input` the op's self.
 NEURON_QUEUED_KERNEL(silu_backward, "", SiluBackward, INPUT, &input, nullptr, NEURON_NO_SCALAR)
@@ -282,6 +288,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   threshold_backwardOp.registerKernel(m, threshold_backwardQueued);
   sigmoid_backwardOp.registerKernel(m, sigmoid_backwardQueued);
   _softmaxOp.registerKernel(m, _softmaxQueued);
+  _softmax_backward_dataOp.registerKernel(m, _softmax_backward_dataQueued);
   tanh_backwardOp.registerKernel(m, tanh_backwardQueued);
   silu_backwardOp.registerKernel(m, silu_backwardQueued);
 }

@@ -1,8 +1,9 @@
 """Adaptive Eager Execution's queue (TORCH_NEURONX_ENABLE_CONCATENATION; csrc/Concatenation.h):
 float32 elementwise add/sub/mul/div (with broadcast operands), sqrt, neg, abs, relu, reciprocal,
 rsqrt, pow (exponents 2, 3, -2, 0.5, -0.5, -1), lerp, addcmul, addcdiv, fill and zero, exp, tanh,
-sigmoid and silu, and the activation gradients (threshold_backward, sigmoid_backward,
-tanh_backward, silu_backward) queued and run as one launch when a value is needed. The reference is the same program on CPU tensors; the queued formulas are
+sigmoid and silu, the activation gradients (threshold_backward, sigmoid_backward,
+tanh_backward, silu_backward), and softmax and its gradient over the last dim, queued and run as one
+launch when a value is needed or a matmul-class op (which joins the launch) is called. The reference is the same program on CPU tensors; the queued formulas are
 PyTorch's own, so results are compared bit for bit where PyTorch computes one IEEE operation per
 element (alpha 1, mul, div) and at float32 rounding (assert_close's float32 rtol 1.3e-6, atol 1e-5)
 where PyTorch's CPU result depends on the instruction set (its fused multiply-adds on AVX2/AVX-512,
@@ -1068,6 +1069,30 @@ def test_softmax_over_the_last_dim_is_queued_and_matches_cpu(queueing, shape, di
     got = torch.softmax(x.to(DEV) * 0.5, dim=d)
     assert queued_since(before) == 2
     torch.testing.assert_close(got.cpu(), torch.softmax(x * 0.5, dim=d), rtol=1.3e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("shape", [(8, 64, 64), (3, 5), (2, 1000), (1,)], ids=str)
+def test_softmax_gradient_over_the_last_dim_is_queued_and_matches_cpu(queueing, shape):
+    """_softmax_backward_data as PyTorch's kernel computes it: output * (grad - sum(grad * output))."""
+    g = torch.Generator().manual_seed(shape[-1])
+    x, grad = torch.randn(shape, generator=g) * 3, torch.randn(shape, generator=g)
+    y = torch.softmax(x, dim=-1)
+    before = stats()
+    got = torch.ops.aten._softmax_backward_data(grad.to(DEV) * 1, y.to(DEV), -1, torch.float32)
+    assert queued_since(before) == 2
+    expected = torch.ops.aten._softmax_backward_data(grad, y, -1, torch.float32)
+    torch.testing.assert_close(got.cpu(), expected, rtol=1.3e-6, atol=1e-6)
+
+
+def test_softmax_gradient_of_other_dims_or_dtypes_runs_unqueued_and_matches_cpu(queueing):
+    x, grad = torch.randn(4, 6, 5), torch.randn(4, 6, 5)
+    cases = [(1, torch.float32, torch.float32), (-1, torch.bfloat16, torch.bfloat16), (-1, torch.float16, torch.float32)]
+    before = stats()
+    for dim, dtype, input_dtype in cases:
+        y = torch.softmax(x, dim=dim).to(dtype)
+        call = lambda t, o: torch.ops.aten._softmax_backward_data(t, o, dim, input_dtype)  # noqa: E731
+        torch.testing.assert_close(call(grad.to(dtype).to(DEV), y.to(DEV)).cpu(), call(grad.to(dtype), y))
+    assert queued_since(before) == 0
 
 
 def test_softmax_rows_with_nan_or_infinities_give_cpus_result(queueing):

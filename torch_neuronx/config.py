@@ -330,7 +330,10 @@ enable_concatenation = _declare(
          "(tensors of one shape, a scalar, or an operand that repeats whole rows), `sqrt`, `neg`, "
          "`abs`, `relu`, `reciprocal`, `rsqrt`, `pow` (exponents 2, 3, -2, 0.5, -0.5, -1), `exp`, "
          "`tanh`, `sigmoid`, `silu`, `lerp`, `addcmul`, `addcdiv`, `fill` with a number, `zero` "
-         "and the ReLU, sigmoid, tanh and SiLU gradients so far; see "
+         "the ReLU, sigmoid, tanh and SiLU gradients and float32 softmax (and its gradient) over "
+         "the last dim so far "
+         "(tensors of up to 131,072 elements); a matmul-class op (mm, bmm, addmm, linear, "
+         "convolution, ...) ends a queued sequence and joins its launch, as in TorchNeuron; see "
          "docs/eager-and-fallback.md#adaptive-eager-execution-concatenation. Off under "
          "`torch.use_deterministic_algorithms(True)`, `NEURON_LAUNCH_BLOCKING=1`, the audit and "
          "torch.profiler. Can be switched at run time with `torch_neuronx.ops.set_concatenation()`."))

@@ -739,7 +739,7 @@ void DeviceThread::beforeFork() {
 std::vector<Entry> takeLaunch(Queue& q, Joined joined = {}) {
   countLaunch(q, joined);
   q.stats.launches += 1;
-  q.stats.ops += static_cast<int64_t>(q.entries.size()) + (joined.op != nullptr ? 1 : 0);
+  q.stats.ops += static_cast<int64_t>(q.entries.size());  // queued ops: a joined matmul was not queued
   q.held_bytes = 0;
   q.written_bytes = 0;
   q.parallel = false;

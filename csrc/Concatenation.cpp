@@ -110,22 +110,18 @@ struct Queue {
   std::unordered_map<std::string, std::atomic<int64_t>*> launched;
 };
 
-// A matmul-class op that ends the queued sequence and joins it (runQueuedEndingWith).
-// Identified by its name's address: one OperatorName per registered op.
-struct Joined {
-  const c10::OperatorName* op = nullptr;  // null: the sequence runs alone
-};
-
 // Counts one launch of the queued sequence in get_executed_ops(), under its
 // ops' names joined by "|", as TorchNeuron names a concatenated operation
-// ("mul|pow|aten::mm"), `joined` last; each op was counted under its own name when called.
-void countLaunch(Queue& q, Joined joined) {
+// ("mul|pow|aten::mm"), `joined` last: the matmul-class op that ends the
+// sequence (runQueuedEndingWith; null: none), keyed by its name's address (one
+// per registered op); each op was counted under its own name when called.
+void countLaunch(Queue& q, const c10::OperatorName* joined) {
   std::string key;  // the ops' addresses, in order
   key.reserve((q.entries.size() + 1) * sizeof(const void*));
   for (const Entry& e : q.entries) {
     key.append(reinterpret_cast<const char*>(&e.source), sizeof(e.source));
   }
-  key.append(reinterpret_cast<const char*>(&joined.op), sizeof(joined.op));
+  key.append(reinterpret_cast<const char*>(&joined), sizeof(joined));
   auto& counter = q.launched[key];
   if (counter == nullptr) {
     std::string name;
@@ -133,8 +129,8 @@ void countLaunch(Queue& q, Joined joined) {
       name += name.empty() ? "" : "|";
       name += c10::toString(e.source->handle().operator_name());
     }
-    if (joined.op != nullptr) {
-      name += "|" + c10::toString(*joined.op);
+    if (joined != nullptr) {
+      name += "|" + c10::toString(*joined);
     }
     counter = executedCounter(name);
   }
@@ -395,62 +391,54 @@ NEURON_INLINE void compute(QueuedOp op, Out out, A a, B b, C c, float alpha, int
   }
 }
 
+// term(0) ... term(len - 1) reduced with `combine` in kLanes lanes, so that
+// the loop vectorizes (the lanes, then the tail from `init`, then the lanes
+// into it: a fixed order).
+constexpr int kLanes = 16;
+template <class Term, class Combine>
+NEURON_INLINE float reduceInLanes(int64_t len, float init, Term term, Combine combine) {
+  float lanes[kLanes];
+  std::fill(lanes, lanes + kLanes, init);
+  int64_t i = 0;
+  for (; i + kLanes <= len; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) lanes[l] = combine(lanes[l], term(i + l));
+  }
+  float result = init;
+  for (; i < len; ++i) result = combine(result, term(i));
+  for (int l = 0; l < kLanes; ++l) result = combine(result, lanes[l]);
+  return result;
+}
+
 // Softmax of each row of `len` floats, computed as PyTorch's CPU kernel for the
 // last dim computes it: the row's maximum, exp(x - max), their sum, times the
-// sum's reciprocal (its exp and order of summation differ: a few ulps). Sums
-// and maxima run in kLanes lanes so that the loops vectorize. A NaN, or an
-// infinity's inf - inf, makes the row NaN, as there.
+// sum's reciprocal (its exp and order of summation differ: a few ulps). A NaN
+// (ignored by the maximum, then in every exp), or an infinity's inf - inf,
+// makes the row NaN, as there.
 NEURON_INLINE void softmaxRows(float* out, const float* in, int64_t n, int64_t len) {
-  constexpr int kLanes = 16;
-  constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
+  const auto add = [](float s, float v) { return s + v; };
   for (int64_t row = 0; row < n; row += len) {
     const float* x = in + row;
     float* y = out + row;
-    float lanes[kLanes];
-    std::fill(lanes, lanes + kLanes, kMinusInf);
-    int64_t i = 0;
-    for (; i + kLanes <= len; i += kLanes) {
-      for (int l = 0; l < kLanes; ++l) lanes[l] = x[i + l] > lanes[l] ? x[i + l] : lanes[l];
-    }
-    float max = kMinusInf;
-    for (int l = 0; l < kLanes; ++l) max = lanes[l] > max ? lanes[l] : max;
-    for (int64_t j = i; j < len; ++j) max = x[j] > max ? x[j] : max;
-    std::fill(lanes, lanes + kLanes, 0.0f);
-    for (i = 0; i + kLanes <= len; i += kLanes) {
-      for (int l = 0; l < kLanes; ++l) {
-        y[i + l] = floatmath::exp(x[i + l] - max);
-        lanes[l] += y[i + l];
-      }
-    }
-    float sum = 0.0f;
-    for (; i < len; ++i) {
-      y[i] = floatmath::exp(x[i] - max);
-      sum += y[i];
-    }
-    for (int l = 0; l < kLanes; ++l) sum += lanes[l];
+    const float max = reduceInLanes(
+        len, -std::numeric_limits<float>::infinity(), [x](int64_t i) { return x[i]; },
+        [](float m, float v) { return v > m ? v : m; });
+    const float sum = reduceInLanes(len, 0.0f, [x, y, max](int64_t i) { return y[i] = floatmath::exp(x[i] - max); }, add);
     const float scale = 1.0f / sum;
-    for (i = 0; i < len; ++i) y[i] *= scale;
+    for (int64_t i = 0; i < len; ++i) y[i] *= scale;
   }
 }
 
 // The softmax gradient of each row of `len` floats, as PyTorch's CPU kernel for
-// the last dim computes it: output * (grad - sum(grad * output)) (the sum in
-// kLanes lanes: another order, a few ulps).
+// the last dim computes it: output * (grad - sum(grad * output)) (another
+// order of summation: a few ulps).
 NEURON_INLINE void softmaxBackwardRows(float* out, const float* grad, const float* output, int64_t n, int64_t len) {
-  constexpr int kLanes = 16;
   for (int64_t row = 0; row < n; row += len) {
     const float* g = grad + row;
     const float* y = output + row;
     float* o = out + row;
-    float lanes[kLanes] = {};
-    int64_t i = 0;
-    for (; i + kLanes <= len; i += kLanes) {
-      for (int l = 0; l < kLanes; ++l) lanes[l] += g[i + l] * y[i + l];
-    }
-    float sum = 0.0f;
-    for (; i < len; ++i) sum += g[i] * y[i];
-    for (int l = 0; l < kLanes; ++l) sum += lanes[l];
-    for (i = 0; i < len; ++i) o[i] = y[i] * (g[i] - sum);
+    const float sum = reduceInLanes(
+        len, 0.0f, [g, y](int64_t i) { return g[i] * y[i]; }, [](float s, float v) { return s + v; });
+    for (int64_t i = 0; i < len; ++i) o[i] = y[i] * (g[i] - sum);
   }
 }
 
@@ -736,7 +724,7 @@ void DeviceThread::beforeFork() {
 
 // Counts the queue's ops as one launch and empties it (the caller runs or hands over
 // what it moved out); `q.mutex` is held.
-std::vector<Entry> takeLaunch(Queue& q, Joined joined = {}) {
+std::vector<Entry> takeLaunch(Queue& q, const c10::OperatorName* joined = nullptr) {
   countLaunch(q, joined);
   q.stats.launches += 1;
   q.stats.ops += static_cast<int64_t>(q.entries.size());  // queued ops: a joined matmul was not queued
@@ -783,8 +771,8 @@ struct Ran {
 };
 
 // Runs what is queued, after the device thread's batch; `q.mutex` is held.
-// `joined`: the op that ends the sequence (counted with it).
-Ran runLocked(Queue& q, Joined joined = {}) {
+// `joined`: the op that ends the sequence (countLaunch).
+Ran runLocked(Queue& q, const c10::OperatorName* joined = nullptr) {
   Ran ran(deviceThread().wait(), {});
   if (!q.entries.empty()) {
     ran.entries = takeLaunch(q, joined);
@@ -880,23 +868,13 @@ bool queueInPlace(Call& call) {
 } // namespace
 
 namespace detail {
-void runQueuedSlow() {
+void runQueuedSlow(const c10::OperatorName* joined) {
   Queue& q = queue();
   Ran ran;  // declared before the lock: dropped after it is released
   std::lock_guard<std::mutex> lock(q.mutex);
-  ran = runLocked(q);
+  ran = runLocked(q, joined);
 }
 } // namespace detail
-
-void runQueuedEndingWith(const c10::OperatorHandle& op) {
-  if (!detail::gQueued.load(std::memory_order_acquire)) {
-    return;
-  }
-  Queue& q = queue();
-  Ran ran;  // declared before the lock: dropped after it is released
-  std::lock_guard<std::mutex> lock(q.mutex);
-  ran = runLocked(q, Joined{&op.operator_name()});
-}
 
 HeldEntries runQueuedHolding() {
   if (!detail::gQueued.load(std::memory_order_acquire)) {

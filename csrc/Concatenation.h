@@ -92,13 +92,17 @@ bool queueTensorsInplace(QueuedOp op, const DirectOp& source, const at::Tensor& 
 // ends the buffered sequence with such an op, itself included (its
 // MatMulToMatMul rule): the queued ops run now, before the call reads its
 // inputs, and the launch is counted in get_executed_ops() with the call as its
-// last op ("aten::add.Tensor|aten::mm"). Nothing queued: nothing to do.
-void runQueuedEndingWith(const c10::OperatorHandle& op);
-
+// last op ("aten::add.Tensor|aten::mm"). Nothing queued: one load, as runQueued.
 namespace detail {
 extern std::atomic<bool> gQueued;  // some op is queued
-void runQueuedSlow();
+void runQueuedSlow(const c10::OperatorName* joined = nullptr);
 } // namespace detail
+
+inline void runQueuedEndingWith(const c10::OperatorHandle& op) {
+  if (detail::gQueued.load(std::memory_order_acquire)) {
+    detail::runQueuedSlow(&op.operator_name());
+  }
+}
 
 // Runs every queued op. One relaxed load when nothing is queued: called
 // before every read of device memory.

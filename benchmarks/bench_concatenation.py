@@ -106,14 +106,14 @@ def _sigmoid_8k(device):
     return step, step
 
 
-def _optimizer(kind, size=64):
+def _optimizer(kind, size=64, foreach=False):
     def make(device):
         g = torch.Generator().manual_seed(0)
         params = [torch.randn(size, generator=g).to(device).requires_grad_() for _ in range(100)]
         for p in params:
             p.grad = torch.randn(size, generator=g).to(device)
-        opt = (torch.optim.SGD(params, lr=0.01, momentum=0.9, foreach=False) if kind == "sgd"
-               else torch.optim.AdamW(params, lr=1e-3, foreach=False))
+        opt = (torch.optim.SGD(params, lr=0.01, momentum=0.9, foreach=foreach) if kind == "sgd"
+               else torch.optim.AdamW(params, lr=1e-3, foreach=foreach))
         return opt.step, lambda: params[0].detach()
     return make
 
@@ -160,6 +160,10 @@ CASES = [
     Case("sgd_step", "SGD step, momentum, foreach=False, 100 x 64 float32 parameters", _optimizer("sgd")),
     Case("adamw_step", "AdamW step, foreach=False, 100 x 64 float32 parameters", _optimizer("adamw")),
     Case("adamw_step_8k", "AdamW step, foreach=False, 100 x 8,192 float32 parameters", _optimizer("adamw", 8192)),
+    Case("adamw_foreach", "AdamW step, foreach=True (torch.optim's default on the device), 100 x 64 float32 "
+         "parameters", _optimizer("adamw", foreach=True)),
+    Case("sgd_foreach", "SGD step, momentum, foreach=True, 100 x 64 float32 parameters",
+         _optimizer("sgd", foreach=True)),
     Case("mlp_fwd_b1", "LayerNorm+GELU MLP forward, batch 1 (Linear 256-1024-256)", _mlp_forward),
     Case("gelu_tanh", "GPT-2's GELU written out (pow, tanh, 6 arithmetic ops), 1,024 float32", _gelu_tanh_written_out),
     Case("silu_gate", "silu(gate) * up, 1,024 float32", _silu_gate),

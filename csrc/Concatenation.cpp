@@ -13,6 +13,7 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/util/TypeCast.h>
 
 #include <unistd.h>
 
@@ -852,7 +853,7 @@ at::Tensor queueOutOfPlace(Call& call) {
 // `call` queued writing its own first operand; false (run it now) when another
 // operand shares only part of its memory (PyTorch refuses that, or reads it
 // while writing it) or the overlap cannot be told.
-bool queueInPlace(Call& call) {
+bool writesItsOwnOperandSafely(const Call& call) {
   for (const at::Tensor* t : {call.b, call.c}) {
     if (t != nullptr) {
       const auto overlap = at::get_overlap_status(*call.a, *t);
@@ -861,8 +862,66 @@ bool queueInPlace(Call& call) {
       }
     }
   }
+  return true;
+}
+
+bool queueInPlace(Call& call) {
+  if (!writesItsOwnOperandSafely(call)) {
+    return false;
+  }
   push(call, *call.a);
   return true;
+}
+
+// The binary ops: their second operand may be a tensor or a number (operands()).
+bool binary(QueuedOp op) {
+  return op == QueuedOp::Add || op == QueuedOp::Sub || op == QueuedOp::Mul || op == QueuedOp::Div;
+}
+
+// `self <op> value` for a number (the foreach ops' Scalar and ScalarList
+// overloads), as operands() takes a Python number: float32 only. (On
+// bfloat16, PyTorch's CPU foreach kernels do not read the number as its
+// single-tensor op does: _foreach_mul_ rounds 0.9 to bfloat16 before the
+// product, mul_ keeps its float32 value; _foreach_div_ keeps it. Unqueued.)
+std::optional<Call> scalarOperand(QueuedOp op, const DirectOp& source, const at::Tensor& self, float value) {
+  if (!queueable(op, self) || self.scalar_type() != at::kFloat) {
+    return std::nullopt;
+  }
+  Call call{Entry{op, &source, self.scalar_type() == at::kBFloat16}, &self};
+  call.entry.alpha = 1.0f;
+  call.entry.scalar = value;
+  return call;
+}
+
+// Every element's call of a foreach op, or nullopt when one does not qualify
+// (or the lists' lengths disagree: PyTorch's kernel raises its error).
+std::optional<std::vector<Call>> foreachCalls(QueuedOp op, const DirectOp& source, const ForeachOperands& args,
+                                              bool in_place) {
+  const size_t n = args.self.size();
+  const auto fits = [n](size_t size) { return size == 0 || size == n; };
+  if (n == 0 || !fits(args.b.size()) || !fits(args.c.size()) || !fits(args.scalars.size()) ||
+      args.values.empty() || (args.values.size() != 1 && args.values.size() != n)) {
+    return std::nullopt;
+  }
+  std::vector<Call> calls;
+  calls.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const double value = args.values[args.values.size() == 1 ? 0 : i];
+    const at::Tensor* b = args.b.empty() ? nullptr : &args.b[i];
+    std::optional<Call> call;
+    if (!binary(op)) {
+      call = tensorOperands(op, source, args.self[i], b, args.c.empty() ? nullptr : &args.c[i], value);
+    } else if (b != nullptr || args.other != nullptr) {
+      call = operands(op, source, args.self[i], b != nullptr ? *b : *args.other, value, in_place);
+    } else if (!args.scalars.empty()) {
+      call = scalarOperand(op, source, args.self[i], args.scalars[i]);
+    }
+    if (!call || (in_place && !writesItsOwnOperandSafely(*call))) {
+      return std::nullopt;
+    }
+    calls.push_back(*call);
+  }
+  return calls;
 }
 
 } // namespace
@@ -913,6 +972,25 @@ bool concatenationEnabled() {
   return gEnabled.load(std::memory_order_relaxed);
 }
 
+std::optional<double> queueableScalar(const at::Scalar& value) {
+  if (value.isComplex()) {
+    return std::nullopt;
+  }
+  const double v = value.toDouble();
+  if (c10::overflows<float, double>(v)) {
+    return std::nullopt;
+  }
+  return v;
+}
+
+std::optional<float> queueableNumber(const at::Scalar& value) {
+  if (value.isComplex() || value.isBoolean()) {
+    return std::nullopt;
+  }
+  return value.isIntegral(/*includeBool=*/false) ? static_cast<float>(value.toLong())
+                                                 : static_cast<float>(value.toDouble());
+}
+
 at::Tensor queueBinary(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor& other,
                        double alpha) {
   auto call = operands(op, source, self, other, alpha, /*in_place=*/false);
@@ -935,6 +1013,29 @@ bool queueTensorsInplace(QueuedOp op, const DirectOp& source, const at::Tensor& 
                          const at::Tensor* c, double value) {
   auto call = tensorOperands(op, source, self, b, c, value);
   return call && queueInPlace(*call);
+}
+
+std::vector<at::Tensor> queueForeach(QueuedOp op, const DirectOp& source, const ForeachOperands& operands) {
+  auto calls = foreachCalls(op, source, operands, /*in_place=*/false);
+  std::vector<at::Tensor> results;
+  if (calls) {
+    results.reserve(calls->size());
+    for (Call& call : *calls) {
+      results.push_back(queueOutOfPlace(call));
+    }
+  }
+  return results;
+}
+
+bool queueForeachInplace(QueuedOp op, const DirectOp& source, const ForeachOperands& operands) {
+  auto calls = foreachCalls(op, source, operands, /*in_place=*/true);
+  if (!calls) {
+    return false;
+  }
+  for (Call& call : *calls) {
+    push(call, *call.a);
+  }
+  return true;
 }
 
 ConcatenationStats concatenationStats() {

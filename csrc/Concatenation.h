@@ -43,6 +43,8 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <vector>
 
 namespace torch_neuronx {
 
@@ -68,6 +70,19 @@ void setConcatenationAsync(bool async);
 // (both must give the same bits); the queue is run first.
 void useAnyCpuLoops(bool any_cpu);
 
+// A Scalar argument (add/sub's alpha, lerp's weight, addcmul/addcdiv's value,
+// threshold_backward's threshold) as the queue's float32 loops read it;
+// nullopt where PyTorch's kernel converts it with a check that fails (a
+// complex number, or a finite value beyond float32's range: "value cannot be
+// converted to type float without overflow"), so that the call runs unqueued
+// and raises PyTorch's error.
+std::optional<double> queueableScalar(const at::Scalar& value);
+// A number as the other operand of add/sub/mul/div (the foreach ops' Scalar
+// and ScalarList overloads), as PyTorch reads the tensor it wraps it in: an
+// integer or a double rounded to float32; nullopt for a boolean or complex
+// number (run unqueued), as for such a wrapped tensor (operands()).
+std::optional<float> queueableNumber(const at::Scalar& value);
+
 // `source` is the call's op (its name is the launch's name in get_executed_ops()).
 // `self <op> other` (times alpha for add/sub) queued: its result, or an
 // undefined tensor when the call does not qualify (the caller runs it now).
@@ -86,6 +101,25 @@ at::Tensor queueTensors(QueuedOp op, const DirectOp& source, const at::Tensor& s
                         const at::Tensor* c, double value);
 bool queueTensorsInplace(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor* b,
                          const at::Tensor* c, double value);
+
+// A foreach op (csrc/Foreach.cpp) queued as one op per element of its list, in
+// order, all or none: every element's call is checked first, and nothing is
+// queued unless each qualifies as the single-tensor op would (the caller runs
+// the whole call now). Element i is self[i] with b[i] and c[i] (lists empty
+// where the op has none); a binary op's other operand is b[i], `other` (one
+// tensor for every element: the .Tensor overloads) or scalars[i] (a number);
+// its alpha, or the op's weight or value, is values[i] (values[0] for every
+// element when it holds one).
+struct ForeachOperands {
+  at::TensorList self;
+  at::TensorList b, c;
+  const at::Tensor* other = nullptr;
+  std::vector<float> scalars;
+  std::vector<double> values{1.0};
+};
+// The results (empty: not queued).
+std::vector<at::Tensor> queueForeach(QueuedOp op, const DirectOp& source, const ForeachOperands& operands);
+bool queueForeachInplace(QueuedOp op, const DirectOp& source, const ForeachOperands& operands);
 
 // A matmul-class call (mm, bmm, addmm, baddbmm, addbmm, linear, its backward,
 // convolution: OpFlags kEndsFusedSequence) about to run. TorchNeuron's engine

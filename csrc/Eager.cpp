@@ -12,6 +12,7 @@
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -455,17 +456,27 @@ struct Fp64Emulation {
   // Widened results stay alive until the call ends: adopted storages are
   // matched by address, which a freed temporary could hand to the next one.
   c10::SmallVector<at::Tensor, 3> widened;
+  // The foreach ops compute each element of their lists apart: element i of a
+  // list result is float64 only where an element i of a list argument was
+  // (a float32 element stays float32, as on the CPU), unless a float64 tensor
+  // outside the lists takes part in every element.
+  c10::SmallVector<bool, 8> list_element_fp64;
+  bool tensor_fp64 = false;
 
   void demoteArguments(const OpMeta& meta, c10::IValue* args, size_t count) {
     active = true;
     for (size_t i = 0; i < count; ++i) {
       auto& value = args[i];
       if (value.isTensor()) {
+        tensor_fp64 = tensor_fp64 || isFp64(value.toTensor());
         value = demote(value.toTensor(), meta.mutable_args[i]);
       } else if (value.isTensorList()) {
         auto list = value.toTensorList();
         c10::List<at::Tensor> mapped;
-        for (const at::Tensor& tensor : list) {
+        list_element_fp64.resize(std::max(list_element_fp64.size(), list.size()), false);
+        for (size_t j = 0; j < list.size(); ++j) {
+          const at::Tensor tensor = list[j];
+          list_element_fp64[j] = list_element_fp64[j] || isFp64(tensor);
           mapped.push_back(demote(tensor, meta.mutable_args[i]));
         }
         value = std::move(mapped);
@@ -494,7 +505,18 @@ struct Fp64Emulation {
     return widened.back();
   }
 
+  // Element `index` of a list result.
+  const at::Tensor& widenElement(const at::Tensor& out, size_t index) {
+    const bool float32_element = !tensor_fp64 && index < list_element_fp64.size() && !list_element_fp64[index];
+    widened.push_back(float32_element ? out : widenedValue(out));
+    return widened.back();
+  }
+
  private:
+  static bool isFp64(const at::Tensor& tensor) {
+    return tensor.defined() && (tensor.scalar_type() == at::kDouble || tensor.scalar_type() == at::kComplexDouble);
+  }
+
   at::Tensor demote(const at::Tensor& tensor, bool is_mutable) {
     if (!tensor.defined()) {
       return tensor;
@@ -571,8 +593,9 @@ struct ResultAdoption {
         auto list = value.toTensorList();
         c10::List<at::Tensor> mapped;
         mapped.reserve(list.size());
-        for (const at::Tensor& tensor : list) {
-          mapped.push_back(adoptReturn(tensor, fp64));
+        for (size_t i = 0; i < list.size(); ++i) {
+          const at::Tensor tensor = list[i];
+          mapped.push_back(adopt(fp64.active ? fp64.widenElement(tensor, i) : tensor));
         }
         value = std::move(mapped);
       }

@@ -13,7 +13,6 @@
 #include "Runtime.h"
 
 #include <ATen/ATen.h>
-#include <c10/util/TypeCast.h>
 #include <ATen/ops/add_cpu_dispatch.h>
 #include <ATen/ops/div_cpu_dispatch.h>
 #include <ATen/ops/mul_cpu_dispatch.h>
@@ -35,23 +34,6 @@ c10::DeviceIndex sameCore(const at::Tensor& self, const at::Tensor& other) {
     return needsFp64Emulation(other) ? -1 : self.device().index();
   }
   return other.device().is_cpu() && other.dim() == 0 ? self.device().index() : -1;
-}
-
-// A Scalar argument (add/sub's alpha, lerp's weight, addcmul/addcdiv's value,
-// threshold_backward's threshold) as the queue's float32 loops read it;
-// nullopt where PyTorch's kernel converts it with a check that fails (a
-// complex number, or a finite value beyond float32's range: "value cannot be
-// converted to type float without overflow"), so that the call runs unqueued
-// and raises PyTorch's error.
-std::optional<double> queueableScalar(const at::Scalar& value) {
-  if (value.isComplex()) {
-    return std::nullopt;
-  }
-  const double v = value.toDouble();
-  if (c10::overflows<float, double>(v)) {
-    return std::nullopt;
-  }
-  return v;
 }
 
 // One out-of-place and one in-place kernel per binary op, with their ops

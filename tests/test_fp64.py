@@ -124,6 +124,23 @@ def test_mixed_float32_and_float64_follow_cpu_promotion():
     torch.testing.assert_close(result.cpu(), (ints + a64.float()).double(), **EXACT)
 
 
+@pytest.mark.filterwarnings("ignore:.*float64 arithmetic")
+def test_foreach_lists_mixing_float32_and_float64_keep_each_elements_dtype():
+    """A foreach op computes each element apart: only the elements with a float64 operand are
+    float64 results (until December 2026 every element of the result list was widened)."""
+    a = [torch.randn(4), torch.randn(3, dtype=torch.float64), torch.randn(2)]
+    b = [torch.randn(4), torch.randn(3), torch.randn(2, dtype=torch.float64)]
+    calls = [lambda x, y: torch._foreach_add(x, y, alpha=0.5), lambda x, y: torch._foreach_mul(x, 3.0),
+             lambda x, y: torch._foreach_sqrt([t.abs() for t in x]), lambda x, y: torch.broadcast_tensors(*x[:1], *y[:1])]
+    for call in calls:
+        want = call(a, b)
+        got = call([t.to(NEURON) for t in a], [t.to(NEURON) for t in b])
+        assert [t.dtype for t in got] == [t.dtype for t in want]
+        narrowed = call([t.float() for t in a], [t.float() for t in b])
+        for g, w, n in zip(got, want, narrowed):
+            torch.testing.assert_close(g.cpu(), n.to(w.dtype), **EXACT)
+
+
 def test_reductions_returning_indices_and_bools():
     a, _ = pair(4, 7)
     dev = a.to(NEURON)

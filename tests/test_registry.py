@@ -208,7 +208,21 @@ def test_fast_path_overloads_are_those_of_fastops_cpp():
     for file in ("FastOps.cpp", "Dropout.cpp", "Linear.cpp", "Gelu.cpp", "LayerNorm.cpp"):
         direct = set(re.findall(r'DirectOp \w+\("([^"]+)"\)', (ROOT / "csrc" / file).read_text()))
         names |= {name for name in direct if registry.base_name(name) not in registry.CPP_KERNELS}
+    names |= _foreach_cpp_overloads()
     assert binary and queued and out_of_place and names == registry.FAST_PATH_OVERLOADS
+
+
+def _foreach_cpp_overloads() -> set[str]:
+    """The overloads csrc/Foreach.cpp's macros and its written-out DirectOps declare."""
+    source = (ROOT / "csrc" / "Foreach.cpp").read_text()
+    overloads = {"NEURON_FOREACH_BINARY": (".Scalar", ".ScalarList", ".List"), "NEURON_FOREACH_BINARY_TENSOR": (".Tensor",),
+                 "NEURON_FOREACH_UNARY": ("",), "NEURON_FOREACH_POINTWISE": (".Scalar", ".ScalarList")}
+    names = set()
+    for macro, suffixes in overloads.items():
+        ops = re.findall(rf"^{macro}\((\w+),", source, re.MULTILINE)
+        assert ops, macro
+        names |= {f"_foreach_{op}{inplace}{suffix}" for op in ops for inplace in ("", "_") for suffix in suffixes}
+    return names | set(re.findall(r'DirectOp \w+\("([^"]+)"\)', source))
 
 
 def test_fast_path_overloads_are_served_by_fastops_not_the_alias_kernel():
@@ -219,7 +233,8 @@ def test_fast_path_overloads_are_served_by_fastops_not_the_alias_kernel():
         assert registry.base_name(name) in registry.NATIVE_OPS - registry.DIRECT_KERNELS, name
         file = {"native_dropout_backward": "Dropout.cpp", "linear": "Linear.cpp", "gelu": "Gelu.cpp",
                 "gelu_backward": "Gelu.cpp", "native_layer_norm": "LayerNorm.cpp",
-                "native_layer_norm_backward": "LayerNorm.cpp"}.get(name, "FastOps.cpp")
+                "native_layer_norm_backward": "LayerNorm.cpp"}.get(
+                    name, "Foreach.cpp" if name.startswith("_foreach_") else "FastOps.cpp")
         assert file in torch._C._dispatch_dump("aten::" + name), name
 
 

@@ -211,6 +211,16 @@ FAST_PATH_OVERLOADS = frozenset({
     "gelu", "gelu_backward",
     # csrc/LayerNorm.cpp: PyTorch's CPU kernels called directly, without the alias path's boxing
     "native_layer_norm", "native_layer_norm_backward",
+    # csrc/Foreach.cpp: the foreach ops of torch.optim's default (foreach) path, queued when
+    # concatenation is on (one queued op per element)
+    *(f"_foreach_{op}{inplace}.{overload}" for op in ("add", "sub", "mul", "div") for inplace in ("", "_")
+      for overload in ("Scalar", "ScalarList", "List")),
+    *(f"_foreach_{op}{inplace}.Tensor" for op in ("add", "mul", "div") for inplace in ("", "_")),
+    *(f"_foreach_{op}{inplace}" for op in ("sqrt", "neg", "abs", "reciprocal", "exp", "sigmoid", "tanh")
+      for inplace in ("", "_")),
+    "_foreach_zero_", "_foreach_lerp.Scalar", "_foreach_lerp_.Scalar",
+    *(f"_foreach_{op}{inplace}.{overload}" for op in ("addcmul", "addcdiv") for inplace in ("", "_")
+      for overload in ("Scalar", "ScalarList")),
 })
 
 # FP8 compute: native (eager and lowered) on instance profiles with FP8 (Trainium3),

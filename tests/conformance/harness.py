@@ -384,9 +384,30 @@ def select(items, patterns: list[str] | None, name_of):
 
 
 def load_op_db():
-    from torch.testing._internal.common_methods_invocations import op_db
+    """op_db, and the foreach ops' databases (torch.optim's default path on the device: their
+    OpInfos live apart from op_db), out-of-place and in-place variants alike."""
+    from torch.testing._internal import common_methods_invocations as cmi
 
-    return op_db
+    foreach = [op for name in ("foreach_unary_op_db", "foreach_binary_op_db", "foreach_pointwise_op_db",
+                               "foreach_reduce_op_db", "foreach_other_op_db") for op in getattr(cmi, name, [])]
+    in_place = [InPlaceForeach(op) for op in foreach if getattr(op, "inplace_variant", None) is not None]
+    return list(cmi.op_db) + foreach + in_place
+
+
+class InPlaceForeach:
+    """A foreach op's in-place variant as an op of its own (`_foreach_add_`, what optimizers call):
+    called as the out-of-place op, it returns the list it updated."""
+
+    def __init__(self, op):
+        self._op = op
+        self.name = op.name + "_"
+
+    def __getattr__(self, attr):
+        return getattr(self._op, attr)
+
+    def __call__(self, tensors, *args, **kwargs):
+        self._op.inplace_variant(tensors, *args, **kwargs)
+        return tensors
 
 
 def load_module_db():

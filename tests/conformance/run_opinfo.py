@@ -459,7 +459,10 @@ def write_report(results, path, command, seconds, args):
     lines += ["", "## Comparison rules", "",
               "- Samples come from `op.sample_inputs(\"cpu\", dtype, requires_grad=False)` (seed 0); each is "
               "copied to `neuron` keeping sizes, strides and storage offset, and the op's function variant "
-              "runs on both devices. `device=`/generator arguments naming the CPU are redirected to neuron.",
+              "runs on both devices. `device=`/generator arguments naming the CPU are redirected to neuron. "
+              "The foreach ops' OpInfos (PyTorch keeps them apart from op_db: `foreach_*_op_db`) are counted "
+              "with op_db, each also as its in-place variant (`_foreach_add_`, what torch.optim calls), "
+              "which returns the list it updated.",
               "- Outputs are compared with `torch.testing.assert_close(equal_nan=True)` at the default "
               "tolerances of the output dtype; dtypes must match exactly and every output tensor of the "
               "neuron run must be on the neuron device.",

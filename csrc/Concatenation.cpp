@@ -180,14 +180,15 @@ bool plainQueueable(const at::Tensor& t) {
 // An op computed row by row (rows of `period` elements, all operands of the
 // result's shape), not element by element.
 bool rowWise(QueuedOp op) {
-  return op == QueuedOp::Softmax || op == QueuedOp::SoftmaxBackward;
+  return op == QueuedOp::Softmax || op == QueuedOp::SoftmaxBackward || op == QueuedOp::LogSoftmax ||
+         op == QueuedOp::LogSoftmaxBackward;
 }
 
 // bfloat16: PyTorch's CPU kernels compute each of these ops in float32 and
 // round the result once (RNE), as the queue does, except rsqrt and pow's
 // exponents 3 and -2, which they compute in bfloat16 arithmetic, rounding
 // after each step: those run unqueued.
-// Softmax and its gradient: float32 only (the row ops, rowWise).
+// Softmax, log_softmax and their gradients: float32 only (the row ops, rowWise).
 bool computesInFloat(QueuedOp op) {
   return op != QueuedOp::Rsqrt && op != QueuedOp::Cube && op != QueuedOp::InverseSquare && !rowWise(op);
 }
@@ -386,8 +387,10 @@ NEURON_INLINE void compute(QueuedOp op, Out out, A a, B b, C c, float alpha, int
     case QueuedOp::SiluBackward:
       for (int64_t i = 0; i < n; ++i) out(i, floatmath::siluBackward(a(i), b(i)));
       break;
-    case QueuedOp::Softmax:  // row by row: softmaxRows, softmaxBackwardRows
+    case QueuedOp::Softmax:  // row by row: computeRows
     case QueuedOp::SoftmaxBackward:
+    case QueuedOp::LogSoftmax:
+    case QueuedOp::LogSoftmaxBackward:
       break;
   }
 }
@@ -440,6 +443,57 @@ NEURON_INLINE void softmaxBackwardRows(float* out, const float* grad, const floa
     const float sum = reduceInLanes(
         len, 0.0f, [g, y](int64_t i) { return g[i] * y[i]; }, [](float s, float v) { return s + v; });
     for (int64_t i = 0; i < len; ++i) o[i] = y[i] * (g[i] - sum);
+  }
+}
+
+// Log-softmax of each row of `len` floats, as PyTorch's CPU kernel for the last
+// dim computes it: (x - max) - log(sum of exp(x - max)) (its exp and order of
+// summation differ: a few ulps; the log is the double one, rounded: the same
+// bits on every CPU). A NaN, or an infinity's inf - inf, makes the row NaN, as there.
+NEURON_INLINE void logSoftmaxRows(float* out, const float* in, int64_t n, int64_t len) {
+  for (int64_t row = 0; row < n; row += len) {
+    const float* x = in + row;
+    float* y = out + row;
+    const float max = reduceInLanes(
+        len, -std::numeric_limits<float>::infinity(), [x](int64_t i) { return x[i]; },
+        [](float m, float v) { return v > m ? v : m; });
+    const float sum = reduceInLanes(
+        len, 0.0f, [x, max](int64_t i) { return floatmath::exp(x[i] - max); }, [](float s, float v) { return s + v; });
+    const float log_sum = static_cast<float>(std::log(static_cast<double>(sum)));
+    for (int64_t i = 0; i < len; ++i) y[i] = (x[i] - max) - log_sum;
+  }
+}
+
+// The log-softmax gradient of each row, as PyTorch's CPU kernel computes it:
+// grad - exp(output) * sum(grad) (another order of summation, the device's exp).
+NEURON_INLINE void logSoftmaxBackwardRows(float* out, const float* grad, const float* output, int64_t n,
+                                          int64_t len) {
+  for (int64_t row = 0; row < n; row += len) {
+    const float* g = grad + row;
+    const float* y = output + row;
+    float* o = out + row;
+    const float sum = reduceInLanes(len, 0.0f, [g](int64_t i) { return g[i]; }, [](float s, float v) { return s + v; });
+    for (int64_t i = 0; i < len; ++i) o[i] = g[i] - floatmath::exp(y[i]) * sum;
+  }
+}
+
+// A row op's loops (rowWise): `a` its input (or the incoming gradient), `b` the forward's output.
+NEURON_INLINE void computeRows(QueuedOp op, float* out, const float* a, const float* b, int64_t n, int64_t len) {
+  switch (op) {
+    case QueuedOp::Softmax:
+      softmaxRows(out, a, n, len);
+      break;
+    case QueuedOp::SoftmaxBackward:
+      softmaxBackwardRows(out, a, b, n, len);
+      break;
+    case QueuedOp::LogSoftmax:
+      logSoftmaxRows(out, a, n, len);
+      break;
+    case QueuedOp::LogSoftmaxBackward:
+      logSoftmaxBackwardRows(out, a, b, n, len);
+      break;
+    default:
+      break;
   }
 }
 
@@ -505,12 +559,8 @@ NEURON_INLINE void computeTyped(const Entry& e) {
   const T *a = static_cast<const T*>(e.a), *b = static_cast<const T*>(e.b), *c = static_cast<const T*>(e.c);
   const int64_t n = e.n;
   if constexpr (std::is_same_v<T, float>) {
-    if (e.op == QueuedOp::Softmax) {
-      softmaxRows(out, a, n, e.period);
-      return;
-    }
-    if (e.op == QueuedOp::SoftmaxBackward) {
-      softmaxBackwardRows(out, a, b, n, e.period);
+    if (rowWise(e.op)) {
+      computeRows(e.op, out, a, b, n, e.period);
       return;
     }
   }

@@ -7,7 +7,7 @@
 // -0.5, -1: PyTorch's CPU kernel computes these with IEEE operations, not
 // std::pow), lerp (Scalar weight), addcmul and addcdiv, exp, tanh, sigmoid
 // and silu (csrc/FloatMath.h: the same bits on every CPU), softmax and its
-// gradient over the last dim (float32: as PyTorch's kernels compute them, to a few ulps), and the activation
+// gradient and log_softmax and its gradient over the last dim (float32: as PyTorch's kernels compute them, to a few ulps), and the activation
 // gradients threshold_backward (relu's), sigmoid_backward, tanh_backward and
 // silu_backward (bfloat16: computed in float32 and rounded once, as PyTorch's
 // CPU kernels do; rsqrt and pow 3 / -2, which they compute in bfloat16 steps,
@@ -54,9 +54,10 @@ enum class QueuedOp : uint8_t {
   ThresholdBackward, SigmoidBackward, TanhBackward,
   Exp, Tanh, Sigmoid, Silu, SiluBackward,
   Square, Cube, InverseSquare,  // pow with exponent 2, 3, -2
-  // Row by row (rows of self's last size, float32): _softmax and its gradient
-  // (_softmax_backward_data: self the gradient, b the softmax's output) over the last dim.
-  Softmax, SoftmaxBackward,
+  // Row by row (rows of self's last size, float32): _softmax, _log_softmax and
+  // their gradients (_softmax_backward_data, _log_softmax_backward_data: self
+  // the gradient, b the forward's output) over the last dim.
+  Softmax, SoftmaxBackward, LogSoftmax, LogSoftmaxBackward,
 };
 
 // From TORCH_NEURONX_ENABLE_CONCATENATION, NEURON_LAUNCH_BLOCKING and

@@ -220,6 +220,10 @@ NEURON_QUEUED_KERNEL(_softmax, "", Softmax, SOFTMAX, nullptr, nullptr, lastDimSo
 #define NEURON_SOFTMAX_BACKWARD_ARGS , output, dim, input_dtype
 NEURON_QUEUED_KERNEL(_softmax_backward_data, "", SoftmaxBackward, SOFTMAX_BACKWARD, &output, nullptr,
                      lastDimSoftmax(self, dim, input_dtype != self.scalar_type()))
+// log_softmax (a language model's cross_entropy) and its gradient: the same conditions.
+NEURON_QUEUED_KERNEL(_log_softmax, "", LogSoftmax, SOFTMAX, nullptr, nullptr, lastDimSoftmax(self, dim, half_to_float))
+NEURON_QUEUED_KERNEL(_log_softmax_backward_data, "", LogSoftmaxBackward, SOFTMAX_BACKWARD, &output, nullptr,
+                     lastDimSoftmax(self, dim, input_dtype != self.scalar_type()))
 
 // silu_backward(grad_output, self): the macro's `self` is the gradient, `input` the op's self.
 NEURON_QUEUED_KERNEL(silu_backward, "", SiluBackward, INPUT, &input, nullptr, NEURON_NO_SCALAR)
@@ -271,6 +275,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   sigmoid_backwardOp.registerKernel(m, sigmoid_backwardQueued);
   _softmaxOp.registerKernel(m, _softmaxQueued);
   _softmax_backward_dataOp.registerKernel(m, _softmax_backward_dataQueued);
+  _log_softmaxOp.registerKernel(m, _log_softmaxQueued);
+  _log_softmax_backward_dataOp.registerKernel(m, _log_softmax_backward_dataQueued);
   tanh_backwardOp.registerKernel(m, tanh_backwardQueued);
   silu_backwardOp.registerKernel(m, silu_backwardQueued);
 }

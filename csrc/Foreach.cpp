@@ -105,6 +105,19 @@ std::optional<ForeachOperands> withTensor(at::TensorList self, const at::Tensor&
   return operands;
 }
 
+// TorchNeuron's add, sub, mul and div foreach kernels check their lists before
+// anything else, and raise ValueError where PyTorch's raise RuntimeError: an
+// empty list, and a list of numbers of another length (its tests look for
+// these; lists of tensors of unequal lengths keep PyTorch's RuntimeError).
+void checkTensorList(at::TensorList self) {
+  TORCH_CHECK_VALUE(!self.empty(), "Tensor list must have at least one tensor");
+}
+
+void checkScalarList(at::TensorList self, Scalars scalars) {
+  checkTensorList(self);
+  TORCH_CHECK_VALUE(self.size() == scalars.size(), "Tensor list must have same number of elements as scalar list");
+}
+
 const at::Scalar kOne(1.0);
 const at::Scalar kZero(0.0);  // the unary ops' unused value; the fill value of zero_
 
@@ -119,24 +132,32 @@ const at::Scalar kZero(0.0);  // the unary ops' unused value; the fill value of 
   DirectOp NAME##ListOp("_foreach_" #NAME ".List");                                                            \
   DirectOp NAME##ListInplaceOp("_foreach_" #NAME "_.List");                                                    \
   std::vector<at::Tensor> NAME##Scalar(at::TensorList self, const at::Scalar& scalar) {                        \
+    checkTensorList(self);                                                                                   \
     return runOutOfPlace(NAME##ScalarOp, QueuedOp::OP, [&] { return withNumber(self, scalar); }, self, scalar); \
   }                                                                                                            \
   void NAME##ScalarInplace(at::TensorList self, const at::Scalar& scalar) {                                    \
+    checkTensorList(self);                                                                                   \
     runInPlace(NAME##ScalarInplaceOp, QueuedOp::OP, [&] { return withNumber(self, scalar); }, self, scalar);   \
   }                                                                                                            \
   std::vector<at::Tensor> NAME##ScalarList(at::TensorList self, Scalars scalars) {                             \
+    checkScalarList(self, scalars);                                                                          \
     return runOutOfPlace(NAME##ScalarListOp, QueuedOp::OP, [&] { return withNumbers(self, scalars); }, self,   \
                          scalars);                                                                             \
   }                                                                                                            \
   void NAME##ScalarListInplace(at::TensorList self, Scalars scalars) {                                         \
+    checkScalarList(self, scalars);                                                                          \
     runInPlace(NAME##ScalarListInplaceOp, QueuedOp::OP, [&] { return withNumbers(self, scalars); }, self,      \
                scalars);                                                                                       \
   }                                                                                                            \
   std::vector<at::Tensor> NAME##List(at::TensorList self, at::TensorList other ALPHA_PARAM) {                  \
+    checkTensorList(self);                                                                                   \
+    checkTensorList(other);                                                                                  \
     return runOutOfPlace(NAME##ListOp, QueuedOp::OP,                                                           \
                          [&] { return withTensors(self, other, {}, Scalars(ALPHA)); }, self, other ALPHA_ARG);  \
   }                                                                                                            \
   void NAME##ListInplace(at::TensorList self, at::TensorList other ALPHA_PARAM) {                              \
+    checkTensorList(self);                                                                                   \
+    checkTensorList(other);                                                                                  \
     runInPlace(NAME##ListInplaceOp, QueuedOp::OP, [&] { return withTensors(self, other, {}, Scalars(ALPHA)); }, \
                self, other ALPHA_ARG);                                                                         \
   }
@@ -156,10 +177,12 @@ NEURON_FOREACH_BINARY(div, Div, NEURON_NOTHING, NEURON_NOTHING, kOne)
   DirectOp NAME##TensorOp("_foreach_" #NAME ".Tensor");                                                         \
   DirectOp NAME##TensorInplaceOp("_foreach_" #NAME "_.Tensor");                                                 \
   std::vector<at::Tensor> NAME##Tensor(at::TensorList self, const at::Tensor& other ALPHA_PARAM) {              \
+    checkTensorList(self);                                                                                    \
     return runOutOfPlace(NAME##TensorOp, QueuedOp::OP, [&] { return withTensor(self, other, ALPHA); }, self,     \
                          other ALPHA_ARG);                                                                      \
   }                                                                                                             \
   void NAME##TensorInplace(at::TensorList self, const at::Tensor& other ALPHA_PARAM) {                          \
+    checkTensorList(self);                                                                                    \
     runInPlace(NAME##TensorInplaceOp, QueuedOp::OP, [&] { return withTensor(self, other, ALPHA); }, self,        \
                other ALPHA_ARG);                                                                                \
   }

@@ -1055,68 +1055,98 @@ def test_tensors_above_the_limit_run_unqueued_and_match_cpu(queueing):
 # ------------------------------------------------- softmax over the last dim
 
 SOFTMAX_SHAPES = [(8, 64, 64), (3, 5), (2, 1000), (4, 33), (1,), (7, 1), (2, 3, 17)]
+# softmax and log_softmax: the forward, and the gradient's op.
+SOFTMAXES = {"softmax": (torch.softmax, torch.ops.aten._softmax_backward_data),
+             "log_softmax": (torch.log_softmax, torch.ops.aten._log_softmax_backward_data)}
 
 
+@pytest.mark.parametrize("kind", sorted(SOFTMAXES))
 @pytest.mark.parametrize("shape", SOFTMAX_SHAPES, ids=str)
 @pytest.mark.parametrize("dim", [-1, "last"])
-def test_softmax_over_the_last_dim_is_queued_and_matches_cpu(queueing, shape, dim):
-    """Computed as PyTorch's kernel computes it (max, exp(x - max), sum, times its reciprocal) with
-    the device's exp and its own order of summation: within float32 rounding of CPU's."""
+def test_softmax_over_the_last_dim_is_queued_and_matches_cpu(queueing, kind, shape, dim):
+    """Computed as PyTorch's kernel computes it (max, exp(x - max), sum, times its reciprocal; for
+    log_softmax (x - max) - log(sum)) with the device's exp and its own order of summation: within
+    float32 rounding of CPU's."""
+    forward = SOFTMAXES[kind][0]
     g = torch.Generator().manual_seed(len(shape) * 100 + shape[-1])
     x = torch.randn(shape, generator=g) * 4
     d = len(shape) - 1 if dim == "last" else dim
     before = stats()
-    got = torch.softmax(x.to(DEV) * 0.5, dim=d)
+    got = forward(x.to(DEV) * 0.5, dim=d)
     assert queued_since(before) == 2
-    torch.testing.assert_close(got.cpu(), torch.softmax(x * 0.5, dim=d), rtol=1.3e-6, atol=1e-7)
+    # log_softmax near 0 (a row dominated by one value): its float32 rounding, not a relative one
+    torch.testing.assert_close(got.cpu(), forward(x * 0.5, dim=d), rtol=1.3e-6, atol=1e-7 if kind == "softmax" else 1e-6)
 
 
+@pytest.mark.parametrize("kind", sorted(SOFTMAXES))
 @pytest.mark.parametrize("shape", [(8, 64, 64), (3, 5), (2, 1000), (1,)], ids=str)
-def test_softmax_gradient_over_the_last_dim_is_queued_and_matches_cpu(queueing, shape):
-    """_softmax_backward_data as PyTorch's kernel computes it: output * (grad - sum(grad * output))."""
+def test_softmax_gradient_over_the_last_dim_is_queued_and_matches_cpu(queueing, kind, shape):
+    """_softmax_backward_data as PyTorch's kernel computes it: output * (grad - sum(grad * output));
+    _log_softmax_backward_data: grad - exp(output) * sum(grad)."""
+    forward, backward = SOFTMAXES[kind]
     g = torch.Generator().manual_seed(shape[-1])
     x, grad = torch.randn(shape, generator=g) * 3, torch.randn(shape, generator=g)
-    y = torch.softmax(x, dim=-1)
+    y = forward(x, dim=-1)
     before = stats()
-    got = torch.ops.aten._softmax_backward_data(grad.to(DEV) * 1, y.to(DEV), -1, torch.float32)
+    got = backward(grad.to(DEV) * 1, y.to(DEV), -1, torch.float32)
     assert queued_since(before) == 2
-    expected = torch.ops.aten._softmax_backward_data(grad, y, -1, torch.float32)
+    expected = backward(grad, y, -1, torch.float32)
     torch.testing.assert_close(got.cpu(), expected, rtol=1.3e-6, atol=1e-6)
 
 
-def test_softmax_gradient_of_other_dims_or_dtypes_runs_unqueued_and_matches_cpu(queueing):
+def test_cross_entropy_forward_and_backward_match_cpu_with_log_softmax_queued(queueing):
+    """A language model's loss: log_softmax queued (nll_loss is not: it runs the queue first)."""
+    g = torch.Generator().manual_seed(31)
+    logits, target = torch.randn(6, 50, generator=g), torch.randint(0, 50, (6,), generator=g)
+    results = []
+    for dev in ("cpu", DEV):
+        x = logits.clone().to(dev).requires_grad_()
+        loss = torch.nn.functional.cross_entropy(x * 2, target.to(dev))
+        loss.backward()
+        results.append((loss.detach().cpu(), x.grad.cpu()))
+    torch.testing.assert_close(results[1], results[0], rtol=1.3e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", sorted(SOFTMAXES))
+def test_softmax_gradient_of_other_dims_or_dtypes_runs_unqueued_and_matches_cpu(queueing, kind):
+    forward, backward = SOFTMAXES[kind]
     x, grad = torch.randn(4, 6, 5), torch.randn(4, 6, 5)
     cases = [(1, torch.float32, torch.float32), (-1, torch.bfloat16, torch.bfloat16), (-1, torch.float16, torch.float32)]
     before = stats()
     for dim, dtype, input_dtype in cases:
-        y = torch.softmax(x, dim=dim).to(dtype)
-        call = lambda t, o: torch.ops.aten._softmax_backward_data(t, o, dim, input_dtype)  # noqa: E731
+        y = forward(x, dim=dim).to(dtype)
+        call = lambda t, o: backward(t, o, dim, input_dtype)  # noqa: E731
         torch.testing.assert_close(call(grad.to(dtype).to(DEV), y.to(DEV)).cpu(), call(grad.to(dtype), y))
     assert queued_since(before) == 0
 
 
-def test_softmax_rows_with_nan_or_infinities_give_cpus_result(queueing):
+@pytest.mark.parametrize("kind", sorted(SOFTMAXES))
+def test_softmax_rows_with_nan_or_infinities_give_cpus_result(queueing, kind):
+    forward = SOFTMAXES[kind][0]
     inf, nan = float("inf"), float("nan")
     x = torch.tensor([[1.0, inf, 2.0], [-inf, -inf, -inf], [0.0, 0.0, -inf], [nan, 1.0, 2.0], [1e30, -1e30, 0.0]])
     before = stats()
-    got = torch.softmax(x.to(DEV) + 0, dim=-1)
+    got = forward(x.to(DEV) + 0, dim=-1)
     assert queued_since(before) == 2
-    torch.testing.assert_close(got.cpu(), torch.softmax(x, dim=-1), equal_nan=True)
+    torch.testing.assert_close(got.cpu(), forward(x, dim=-1), equal_nan=True)
 
 
 @pytest.mark.filterwarnings("ignore:.*float64 arithmetic")
-def test_softmax_over_other_dims_dtypes_or_strides_runs_unqueued_and_matches_cpu(queueing):
+@pytest.mark.parametrize("kind", sorted(SOFTMAXES))
+def test_softmax_over_other_dims_dtypes_or_strides_runs_unqueued_and_matches_cpu(queueing, kind):
+    forward = SOFTMAXES[kind][0]
     x = torch.randn(4, 6, 5)
     cases = [(x, 1), (x, 0), (x.transpose(1, 2), -1), (x.bfloat16(), -1), (x.half(), -1), (x.double(), -1)]
     before = stats()
     for t, dim in cases:
-        torch.testing.assert_close(torch.softmax(t.to(DEV), dim=dim).cpu(), torch.softmax(t, dim=dim))
+        torch.testing.assert_close(forward(t.to(DEV), dim=dim).cpu(), forward(t, dim=dim))
     assert queued_since(before) == 0
 
 
 def test_softmax_errors_are_pytorchs(queueing):
     x = torch.randn(3, 4)
-    for call in (lambda t: torch._softmax(t, -1, True), lambda t: torch.softmax(t, dim=2)):
+    for call in (lambda t: torch._softmax(t, -1, True), lambda t: torch.softmax(t, dim=2),
+                 lambda t: torch._log_softmax(t, -1, True), lambda t: torch.log_softmax(t, dim=2)):
         with pytest.raises((RuntimeError, IndexError)) as expected:
             call(x)
         with pytest.raises(type(expected.value)) as got:

@@ -1,7 +1,8 @@
 // Adaptive Eager Execution (TorchNeuron's "concatenation", issue #28): eager
 // ops queued and run together as one launch.
 //
-// Float32 and bfloat16 elementwise ops (csrc/FastOps.cpp serves them; the
+// Float32 and bfloat16 elementwise ops (csrc/FastOps.cpp serves them, and
+// csrc/Foreach.cpp the foreach ops, one queued op per element; the
 // out-of-place and in-place forms): add, sub, mul and div (Tensor overloads),
 // sqrt, neg, abs, relu, reciprocal, rsqrt, pow (exponents 2, 3, -2, 0.5,
 // -0.5, -1: PyTorch's CPU kernel computes these with IEEE operations, not

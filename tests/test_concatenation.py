@@ -2,7 +2,7 @@
 float32 elementwise add/sub/mul/div (with broadcast operands), sqrt, neg, abs, relu, reciprocal,
 rsqrt, pow (exponents 2, 3, -2, 0.5, -0.5, -1), lerp, addcmul, addcdiv, fill and zero, exp, tanh,
 sigmoid and silu, the activation gradients (threshold_backward, sigmoid_backward,
-tanh_backward, silu_backward), and softmax and its gradient over the last dim, queued and run as one
+tanh_backward, silu_backward), and softmax, log_softmax and their gradients over the last dim, queued and run as one
 launch when a value is needed or a matmul-class op (which joins the launch) is called. The reference is the same program on CPU tensors; the queued formulas are
 PyTorch's own, so results are compared bit for bit where PyTorch computes one IEEE operation per
 element (alpha 1, mul, div) and at float32 rounding (assert_close's float32 rtol 1.3e-6, atol 1e-5)
@@ -558,7 +558,9 @@ def _every_queued_op(g):
             torch.ops.aten.threshold_backward(a, b - 1, 0.1), torch.ops.aten.sigmoid_backward(a, b),
             torch.ops.aten.tanh_backward(a, b), a.clone().add_(row, alpha=2.5), torch.ops.aten.fill(a, -0.0),
             torch.ops.aten.zero(a), a.exp(), a.tanh(), a.sigmoid(), torch.nn.functional.silu(a),
-            torch.ops.aten.silu_backward(b, a), a ** 2, a ** 3, a ** -2]
+            torch.ops.aten.silu_backward(b, a), a ** 2, a ** 3, a ** -2, torch.softmax(b, -1),
+            torch.log_softmax(b, -1), torch.ops.aten._softmax_backward_data(a, b, -1, torch.float32),
+            torch.ops.aten._log_softmax_backward_data(a, -b, -1, torch.float32)]
 
 
 def _every_queued_bfloat16_op(g):

@@ -273,3 +273,17 @@ def test_not_queued_when_deterministic_or_off():
             assert queued_since(before) == 0
         for x, y in zip(got, want):
             torch.testing.assert_close(x, y)
+
+
+def test_autograd_through_queued_foreach_calls_matches_cpu(queueing):
+    grads = []
+    before = stats()
+    for device in ("cpu", DEV):
+        a = [torch.arange(4.0, device=device).requires_grad_(), torch.ones(3, 5, device=device).requires_grad_()]
+        b = [torch.full((4,), 2.0, device=device), torch.full((3, 5), 3.0, device=device)]
+        out = torch._foreach_sqrt(torch._foreach_add(torch._foreach_mul(a, b), 1.5))
+        sum(o.sum() for o in out).backward()
+        grads.append([t.grad.cpu() for t in a])
+    assert queued_since(before) >= 6
+    for x, y in zip(grads[1], grads[0]):
+        torch.testing.assert_close(x, y)

@@ -75,17 +75,20 @@ def test_bench_profiler_quick_runs(tmp_path):
 
 def test_bench_concatenation_quick_runs(tmp_path):
     """Every case checks the queue's results against CPU eager before timing (the script fails
-    otherwise) and reports finite ratios; the chain and the SGD step queue all their arithmetic,
+    otherwise) and reports finite ratios; the chain and the SGD step (foreach or not) queue all their arithmetic,
     the MLP forward queues nothing; the small ReLU MLP step queues its ReLUs, their gradients and
     its optimizer's arithmetic; GPT-2's GELU written out and silu(gate) * up queue all their ops (8 and 2);
     each case reports the sequences it launched first and their reuse."""
     results = {r["name"]: r for r in _run_quick("bench_concatenation.py", tmp_path / "c.json", timeout=600)}
     assert set(results) == {"chain20", "sgd_step", "adamw_step", "adamw_step_8k", "mlp_fwd_b1", "relu_mlp_step",
-                            "mlp_step", "transformer_step", "gelu_tanh", "silu_gate", "sigmoid_8k", "chain20_bf16"}
+                            "mlp_step", "transformer_step", "gelu_tanh", "silu_gate", "sigmoid_8k", "chain20_bf16",
+                            "adamw_foreach", "sgd_foreach"}
     for name, r in results.items():
         for key in ("off", "sync", "on", "on_off", "on_sync"):
             assert r[key]["p25"] <= r[key]["median"] <= r[key]["p75"] and r[key]["median"] > 0, (name, key)
     assert results["chain20"]["ops"] == 20 and results["sgd_step"]["ops"] == 300
+    # foreach=True: each of AdamW's 8 foreach calls (SGD's 3) queues one op per parameter
+    assert results["adamw_foreach"]["ops"] == 800 and results["sgd_foreach"]["ops"] == 300
     assert results["chain20_bf16"]["ops"] == 20 and results["gelu_tanh"]["ops"] == 8 and results["silu_gate"]["ops"] == 2 and results["sigmoid_8k"]["ops"] == 1
     assert results["mlp_fwd_b1"]["ops"] == 0 and results["mlp_fwd_b1"]["hit_rate"] is None
     # 2 ReLUs, 2 threshold_backward, and for each of the 6 parameters its .grad zeroed

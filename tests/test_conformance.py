@@ -171,13 +171,18 @@ def _totals(records):
 
 
 def test_subset_covers_op_db_and_module_db(subset):
-    from torch.testing._internal.common_methods_invocations import op_db
+    """op_db, the foreach databases (each op also in place: `_foreach_add_`) and module_db."""
+    from torch.testing._internal import common_methods_invocations as cmi
     from torch.testing._internal.common_modules import module_db
 
     records, _ = subset
     ops = {r["name"] for r in records if r["kind"] == "op"}
     modules = {r["name"] for r in records if r["kind"] == "module"}
-    assert ops == {harness.op_full_name(op) for op in op_db}
+    foreach = [op for op in cmi.foreach_unary_op_db + cmi.foreach_binary_op_db + cmi.foreach_pointwise_op_db
+               + cmi.foreach_reduce_op_db + cmi.foreach_other_op_db]
+    assert {"_foreach_add", "_foreach_add_", "_foreach_addcdiv_", "_foreach_norm"} <= ops
+    assert ops == ({harness.op_full_name(op) for op in cmi.op_db} | {op.name for op in foreach}
+                   | {op.name + "_" for op in foreach if op.inplace_variant is not None})
     assert modules == {harness.module_name(info) for info in module_db}
     ran = sum(r["passed"] + r["failed"] for r in records)
     assert ran >= 5000, ran

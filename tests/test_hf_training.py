@@ -176,8 +176,12 @@ def test_resume_from_checkpoint_reproduces_the_uninterrupted_run(tmp_path):
 
     # Without the patch: no "neuron" entry, and still the same losses, since eager
     # dropout masks come from the CPU generator, which transformers restores.
+    # The same arithmetic in the child: Adaptive Eager Execution as in this process (its queued
+    # optimizer arithmetic differs from unqueued eager's by float32 roundings: docs/eager-and-fallback.md).
+    queue = "1" if torch_neuronx._C._concatenation_enabled() else "0"
     gap = json.loads(run_script([__file__, "resume", str(tmp_path / "gap")],
-                                {"TORCH_NEURONX_DISABLE_INTEGRATIONS": "1"}).splitlines()[-1])
+                                {"TORCH_NEURONX_DISABLE_INTEGRATIONS": "1",
+                                 "TORCH_NEURONX_ENABLE_CONCATENATION": queue}).splitlines()[-1])
     assert "neuron" not in gap["rng_keys"]
     assert gap["full"] == fixed["full"]
     assert gap["resumed"] == gap["full"]

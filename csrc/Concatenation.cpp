@@ -413,20 +413,30 @@ NEURON_INLINE float reduceInLanes(int64_t len, float init, Term term, Combine co
   return result;
 }
 
+// A row's maximum (a NaN is ignored: the exp of every element then makes the
+// row NaN) and a sum of terms over a row, in lanes: the row ops' reductions.
+NEURON_INLINE float rowMax(const float* x, int64_t len) {
+  return reduceInLanes(
+      len, -std::numeric_limits<float>::infinity(), [x](int64_t i) { return x[i]; },
+      [](float m, float v) { return v > m ? v : m; });
+}
+
+template <class Term>
+NEURON_INLINE float sumInLanes(int64_t len, Term term) {
+  return reduceInLanes(len, 0.0f, term, [](float s, float v) { return s + v; });
+}
+
 // Softmax of each row of `len` floats, computed as PyTorch's CPU kernel for the
 // last dim computes it: the row's maximum, exp(x - max), their sum, times the
 // sum's reciprocal (its exp and order of summation differ: a few ulps). A NaN
 // (ignored by the maximum, then in every exp), or an infinity's inf - inf,
 // makes the row NaN, as there.
 NEURON_INLINE void softmaxRows(float* out, const float* in, int64_t n, int64_t len) {
-  const auto add = [](float s, float v) { return s + v; };
   for (int64_t row = 0; row < n; row += len) {
     const float* x = in + row;
     float* y = out + row;
-    const float max = reduceInLanes(
-        len, -std::numeric_limits<float>::infinity(), [x](int64_t i) { return x[i]; },
-        [](float m, float v) { return v > m ? v : m; });
-    const float sum = reduceInLanes(len, 0.0f, [x, y, max](int64_t i) { return y[i] = floatmath::exp(x[i] - max); }, add);
+    const float max = rowMax(x, len);
+    const float sum = sumInLanes(len, [x, y, max](int64_t i) { return y[i] = floatmath::exp(x[i] - max); });
     const float scale = 1.0f / sum;
     for (int64_t i = 0; i < len; ++i) y[i] *= scale;
   }
@@ -440,8 +450,7 @@ NEURON_INLINE void softmaxBackwardRows(float* out, const float* grad, const floa
     const float* g = grad + row;
     const float* y = output + row;
     float* o = out + row;
-    const float sum = reduceInLanes(
-        len, 0.0f, [g, y](int64_t i) { return g[i] * y[i]; }, [](float s, float v) { return s + v; });
+    const float sum = sumInLanes(len, [g, y](int64_t i) { return g[i] * y[i]; });
     for (int64_t i = 0; i < len; ++i) o[i] = y[i] * (g[i] - sum);
   }
 }
@@ -454,11 +463,8 @@ NEURON_INLINE void logSoftmaxRows(float* out, const float* in, int64_t n, int64_
   for (int64_t row = 0; row < n; row += len) {
     const float* x = in + row;
     float* y = out + row;
-    const float max = reduceInLanes(
-        len, -std::numeric_limits<float>::infinity(), [x](int64_t i) { return x[i]; },
-        [](float m, float v) { return v > m ? v : m; });
-    const float sum = reduceInLanes(
-        len, 0.0f, [x, max](int64_t i) { return floatmath::exp(x[i] - max); }, [](float s, float v) { return s + v; });
+    const float max = rowMax(x, len);
+    const float sum = sumInLanes(len, [x, max](int64_t i) { return floatmath::exp(x[i] - max); });
     const float log_sum = static_cast<float>(std::log(static_cast<double>(sum)));
     for (int64_t i = 0; i < len; ++i) y[i] = (x[i] - max) - log_sum;
   }
@@ -472,7 +478,7 @@ NEURON_INLINE void logSoftmaxBackwardRows(float* out, const float* grad, const f
     const float* g = grad + row;
     const float* y = output + row;
     float* o = out + row;
-    const float sum = reduceInLanes(len, 0.0f, [g](int64_t i) { return g[i]; }, [](float s, float v) { return s + v; });
+    const float sum = sumInLanes(len, [g](int64_t i) { return g[i]; });
     for (int64_t i = 0; i < len; ++i) o[i] = g[i] - floatmath::exp(y[i]) * sum;
   }
 }
@@ -969,7 +975,7 @@ std::optional<std::vector<Call>> foreachCalls(QueuedOp op, const DirectOp& sourc
     if (!call || (in_place && !writesItsOwnOperandSafely(*call))) {
       return std::nullopt;
     }
-    calls.push_back(*call);
+    calls.push_back(std::move(*call));
   }
   return calls;
 }

@@ -518,14 +518,10 @@ struct Fp64Emulation {
   }
 
   at::Tensor demote(const at::Tensor& tensor, bool is_mutable) {
-    if (!tensor.defined()) {
+    if (!isFp64(tensor)) {
       return tensor;
     }
-    const auto dtype = tensor.scalar_type();
-    if (dtype != at::kDouble && dtype != at::kComplexDouble) {
-      return tensor;
-    }
-    at::Tensor narrow = tensor.to(dtype == at::kDouble ? at::kFloat : at::kComplexFloat);
+    at::Tensor narrow = tensor.to(tensor.scalar_type() == at::kDouble ? at::kFloat : at::kComplexFloat);
     if (is_mutable) {
       mutated_standins.push_back(Standin{narrow, tensor});
     }

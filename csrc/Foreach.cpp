@@ -55,17 +55,28 @@ std::vector<at::Tensor> runOutOfPlace(const DirectOp& op, QueuedOp queued, Make 
   return op.runGenericStack(args...).back().toTensorVector();
 }
 
+// `scalars` read by `read` (queueableNumber, queueableScalar) into `out`;
+// false where one cannot be read.
+template <class T, class Read>
+bool readEach(Scalars scalars, Read read, std::vector<T>& out) {
+  out.clear();
+  out.reserve(scalars.size());
+  for (const at::Scalar& s : scalars) {
+    const auto value = read(s);
+    if (!value) {
+      return false;
+    }
+    out.push_back(*value);
+  }
+  return true;
+}
+
 // self[i] with the number scalars[i] (or `scalar` for every element).
 std::optional<ForeachOperands> withNumbers(at::TensorList self, Scalars scalars) {
   ForeachOperands operands;
   operands.self = self;
-  operands.scalars.reserve(scalars.size());
-  for (const at::Scalar& s : scalars) {
-    const auto value = queueableNumber(s);
-    if (!value) {
-      return std::nullopt;
-    }
-    operands.scalars.push_back(*value);
+  if (!readEach(scalars, queueableNumber, operands.scalars)) {
+    return std::nullopt;
   }
   return operands;
 }
@@ -85,13 +96,8 @@ std::optional<ForeachOperands> withTensors(at::TensorList self, at::TensorList b
   operands.self = self;
   operands.b = b;
   operands.c = c;
-  operands.values.clear();
-  for (const at::Scalar& s : values) {
-    const auto value = queueableScalar(s);
-    if (!value) {
-      return std::nullopt;
-    }
-    operands.values.push_back(*value);
+  if (!readEach(values, queueableScalar, operands.values)) {
+    return std::nullopt;
   }
   return operands;
 }

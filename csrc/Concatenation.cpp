@@ -5,6 +5,7 @@
 #include "CpuLoops.h"
 #include "Eager.h"
 #include "FloatMath.h"
+#include "Gemv.h"
 #include "Recorder.h"
 #include "Runtime.h"
 
@@ -52,6 +53,9 @@ struct Entry {
   const void* a = nullptr;
   const void* b = nullptr;  // null: `scalar` is the second operand (or the op has one)
   const void* c = nullptr;
+  // A row op's second and third results (layer norm's mean and rstd: one per row).
+  void* out2 = nullptr;
+  void* out3 = nullptr;
   int64_t n = 0;  // out's elements
   float scalar = 0.0f;
   float alpha = 0.0f;
@@ -66,7 +70,7 @@ struct Entry {
   // (Holding their storages instead was slower: a tensor's count then drops
   // to 1 between calls, and PyTorch hands its Python object over between C++
   // and Python, under the GIL, each time it rises to 2 again.)
-  std::array<at::Tensor, 4> keep;
+  std::array<at::Tensor, 6> keep;
 };
 
 // A call being checked for the queue: its entry and its tensors (b, c: null
@@ -181,16 +185,25 @@ bool plainQueueable(const at::Tensor& t) {
 // result's shape), not element by element.
 bool rowWise(QueuedOp op) {
   return op == QueuedOp::Softmax || op == QueuedOp::SoftmaxBackward || op == QueuedOp::LogSoftmax ||
-         op == QueuedOp::LogSoftmaxBackward;
+         op == QueuedOp::LogSoftmaxBackward || op == QueuedOp::LayerNorm;
+}
+
+// GELU and its gradient: float32 only (PyTorch's bfloat16 GELU is not checked
+// against the queue's formulas here).
+bool gelu(QueuedOp op) {
+  return op == QueuedOp::Gelu || op == QueuedOp::GeluTanh || op == QueuedOp::GeluBackward ||
+         op == QueuedOp::GeluTanhBackward;
 }
 
 // bfloat16: PyTorch's CPU kernels compute each of these ops in float32 and
 // round the result once (RNE), as the queue does, except rsqrt and pow's
 // exponents 3 and -2, which they compute in bfloat16 arithmetic, rounding
 // after each step: those run unqueued.
-// Softmax, log_softmax and their gradients: float32 only (the row ops, rowWise).
+// Softmax, log_softmax, layer norm, GELU, their gradients and linear: float32
+// only (the row ops, rowWise; gelu).
 bool computesInFloat(QueuedOp op) {
-  return op != QueuedOp::Rsqrt && op != QueuedOp::Cube && op != QueuedOp::InverseSquare && !rowWise(op);
+  return op != QueuedOp::Rsqrt && op != QueuedOp::Cube && op != QueuedOp::InverseSquare && !rowWise(op) &&
+         !gelu(op) && op != QueuedOp::LinearRow;
 }
 
 // Whether `op` on this `self` may be queued at all right now: a float32 (or,
@@ -387,27 +400,90 @@ NEURON_INLINE void compute(QueuedOp op, Out out, A a, B b, C c, float alpha, int
     case QueuedOp::SiluBackward:
       for (int64_t i = 0; i < n; ++i) out(i, floatmath::siluBackward(a(i), b(i)));
       break;
+    case QueuedOp::Gelu:
+      for (int64_t i = 0; i < n; ++i) out(i, floatmath::gelu(a(i)));
+      break;
+    case QueuedOp::GeluTanh:
+      for (int64_t i = 0; i < n; ++i) out(i, floatmath::geluTanh(a(i)));
+      break;
+    case QueuedOp::GeluBackward:
+      for (int64_t i = 0; i < n; ++i) out(i, floatmath::geluBackward(a(i), b(i)));
+      break;
+    case QueuedOp::GeluTanhBackward:
+      for (int64_t i = 0; i < n; ++i) out(i, floatmath::geluTanhBackward(a(i), b(i)));
+      break;
     case QueuedOp::Softmax:  // row by row: computeRows
     case QueuedOp::SoftmaxBackward:
     case QueuedOp::LogSoftmax:
     case QueuedOp::LogSoftmaxBackward:
+    case QueuedOp::LayerNorm:
+    case QueuedOp::LinearRow:  // Gemv.cpp's loop: run()
       break;
   }
 }
+
+// Operands as functors of the element index, read as float32 (a bfloat16 is
+// a float32's upper half: exact), and results written through a functor
+// (bfloat16: rounded to nearest even, a NaN to PyTorch's 0x7FC0).
+// Always inlined: GCC leaves some out of line in a switch this large, and a
+// loop that calls a function is not vectorized.
+struct Elements {
+  const float* data;
+  NEURON_INLINE float operator()(int64_t i) const {
+    return data[i];
+  }
+};
+struct Bf16Elements {
+  const uint16_t* data;
+  NEURON_INLINE float operator()(int64_t i) const {
+    return floatmath::fromBits(static_cast<uint32_t>(data[i]) << 16);
+  }
+};
+struct Repeated {
+  float value;
+  NEURON_INLINE float operator()(int64_t) const {
+    return value;
+  }
+};
+struct Store {
+  float* data;
+  NEURON_INLINE void operator()(int64_t i, float value) const {
+    data[i] = value;
+  }
+};
+struct Bf16Store {
+  uint16_t* data;
+  NEURON_INLINE void operator()(int64_t i, float value) const {
+    data[i] = bf16Bits(value);
+  }
+};
+// The elements of an operand of the entry's dtype.
+template <class T>
+struct ElementsOf;
+template <>
+struct ElementsOf<float> {
+  using type = Elements;
+  using store = Store;
+};
+template <>
+struct ElementsOf<uint16_t> {
+  using type = Bf16Elements;
+  using store = Bf16Store;
+};
 
 // term(0) ... term(len - 1) reduced with `combine` in kLanes lanes, so that
 // the loop vectorizes (the lanes, then the tail from `init`, then the lanes
 // into it: a fixed order).
 constexpr int kLanes = 16;
-template <class Term, class Combine>
-NEURON_INLINE float reduceInLanes(int64_t len, float init, Term term, Combine combine) {
-  float lanes[kLanes];
+template <class T, class Term, class Combine>
+NEURON_INLINE T reduceInLanes(int64_t len, T init, Term term, Combine combine) {
+  T lanes[kLanes];
   std::fill(lanes, lanes + kLanes, init);
   int64_t i = 0;
   for (; i + kLanes <= len; i += kLanes) {
     for (int l = 0; l < kLanes; ++l) lanes[l] = combine(lanes[l], term(i + l));
   }
-  float result = init;
+  T result = init;
   for (; i < len; ++i) result = combine(result, term(i));
   for (int l = 0; l < kLanes; ++l) result = combine(result, lanes[l]);
   return result;
@@ -483,9 +559,45 @@ NEURON_INLINE void logSoftmaxBackwardRows(float* out, const float* grad, const f
   }
 }
 
-// A row op's loops (rowWise): `a` its input (or the incoming gradient), `b` the forward's output.
-NEURON_INLINE void computeRows(QueuedOp op, float* out, const float* a, const float* b, int64_t n, int64_t len) {
-  switch (op) {
+// Layer norm of each row of `len` floats, as PyTorch's CPU kernel computes it:
+// the row's mean and biased variance, rstd = 1 / sqrt(variance + eps), then
+// (x * rstd + (-rstd * mean)) * w + b, w and b read through functors (1 and 0
+// where the call has none, as there). Its mean and variance are Welford's
+// float32 moments in vector lanes, here two passes over the row summed in
+// double (no overflow for finite rows, where Welford's mean has none either):
+// a few ulps apart.
+template <class W, class B>
+NEURON_INLINE void layerNormRows(float* out, float* mean_out, float* rstd_out, const float* in, W w, B b, float eps,
+                                 int64_t n, int64_t len) {
+  for (int64_t row = 0; row < n; row += len) {
+    const float* x = in + row;
+    float* y = out + row;
+    const auto add = [](double s, double v) { return s + v; };
+    const double sum = reduceInLanes(len, 0.0, [x](int64_t i) { return static_cast<double>(x[i]); }, add);
+    const double mean_exact = sum / static_cast<double>(len);
+    const auto deviation = [x, mean_exact](int64_t i) {
+      const double d = static_cast<double>(x[i]) - mean_exact;
+      return d * d;
+    };
+    const double squares = reduceInLanes(len, 0.0, deviation, add);
+    // An infinity makes Welford's mean NaN (inf - inf) in a row of more than one element.
+    const float mean = len > 1 && std::isinf(sum) ? std::numeric_limits<float>::quiet_NaN()
+                                                  : static_cast<float>(mean_exact);
+    const float rstd = 1.0f / std::sqrt(static_cast<float>(squares / static_cast<double>(len)) + eps);
+    const float shift = -rstd * mean;
+    for (int64_t i = 0; i < len; ++i) y[i] = (x[i] * rstd + shift) * w(i) + b(i);
+    mean_out[row / len] = mean;
+    rstd_out[row / len] = rstd;
+  }
+}
+
+// A row op's loops (rowWise): `a` its input (or the incoming gradient), `b` the
+// forward's output (layer norm: its weight, `c` its bias; either may be null).
+NEURON_INLINE void computeRows(const Entry& e) {
+  float* out = static_cast<float*>(e.out);
+  const float *a = static_cast<const float*>(e.a), *b = static_cast<const float*>(e.b);
+  const int64_t n = e.n, len = e.period;
+  switch (e.op) {
     case QueuedOp::Softmax:
       softmaxRows(out, a, n, len);
       break;
@@ -498,59 +610,25 @@ NEURON_INLINE void computeRows(QueuedOp op, float* out, const float* a, const fl
     case QueuedOp::LogSoftmaxBackward:
       logSoftmaxBackwardRows(out, a, b, n, len);
       break;
+    case QueuedOp::LayerNorm: {
+      auto* mean = static_cast<float*>(e.out2);
+      auto* rstd = static_cast<float*>(e.out3);
+      const auto* c = static_cast<const float*>(e.c);
+      if (b != nullptr && c != nullptr) {
+        layerNormRows(out, mean, rstd, a, Elements{b}, Elements{c}, e.alpha, n, len);
+      } else if (b != nullptr) {
+        layerNormRows(out, mean, rstd, a, Elements{b}, Repeated{0.0f}, e.alpha, n, len);
+      } else if (c != nullptr) {
+        layerNormRows(out, mean, rstd, a, Repeated{1.0f}, Elements{c}, e.alpha, n, len);
+      } else {
+        layerNormRows(out, mean, rstd, a, Repeated{1.0f}, Repeated{0.0f}, e.alpha, n, len);
+      }
+      break;
+    }
     default:
       break;
   }
 }
-
-// Operands as functors of the element index, read as float32 (a bfloat16 is
-// a float32's upper half: exact), and results written through a functor
-// (bfloat16: rounded to nearest even, a NaN to PyTorch's 0x7FC0).
-// Always inlined: GCC leaves some out of line in a switch this large, and a
-// loop that calls a function is not vectorized.
-struct Elements {
-  const float* data;
-  NEURON_INLINE float operator()(int64_t i) const {
-    return data[i];
-  }
-};
-struct Bf16Elements {
-  const uint16_t* data;
-  NEURON_INLINE float operator()(int64_t i) const {
-    return floatmath::fromBits(static_cast<uint32_t>(data[i]) << 16);
-  }
-};
-struct Repeated {
-  float value;
-  NEURON_INLINE float operator()(int64_t) const {
-    return value;
-  }
-};
-struct Store {
-  float* data;
-  NEURON_INLINE void operator()(int64_t i, float value) const {
-    data[i] = value;
-  }
-};
-struct Bf16Store {
-  uint16_t* data;
-  NEURON_INLINE void operator()(int64_t i, float value) const {
-    data[i] = bf16Bits(value);
-  }
-};
-// The elements of an operand of the entry's dtype.
-template <class T>
-struct ElementsOf;
-template <>
-struct ElementsOf<float> {
-  using type = Elements;
-  using store = Store;
-};
-template <>
-struct ElementsOf<uint16_t> {
-  using type = Bf16Elements;
-  using store = Bf16Store;
-};
 
 // A repeated operand shorter than half of this is tiled to about this many
 // elements before the loops run (computeEntry).
@@ -566,7 +644,7 @@ NEURON_INLINE void computeTyped(const Entry& e) {
   const int64_t n = e.n;
   if constexpr (std::is_same_v<T, float>) {
     if (rowWise(e.op)) {
-      computeRows(e.op, out, a, b, n, e.period);
+      computeRows(e);
       return;
     }
   }
@@ -645,6 +723,12 @@ Entry slice(const Entry& e, int64_t begin, int64_t end) {
   part.b = repeats && !e.a_repeats ? e.b : move(e.b);
   part.c = move(e.c);
   part.n = end - begin;
+  if (e.op == QueuedOp::LayerNorm) {  // the same weight and bias for every row; one mean and rstd per row
+    part.b = e.b;
+    part.c = e.c;
+    part.out2 = static_cast<float*>(e.out2) + begin / e.period;
+    part.out3 = static_cast<float*>(e.out3) + begin / e.period;
+  }
   return part;
 }
 
@@ -652,6 +736,11 @@ Entry slice(const Entry& e, int64_t begin, int64_t end) {
 // by whole rows, as PyTorch's kernels split them (each element is computed
 // by the same loop either way: the bits do not depend on the split).
 void run(const Entry& e) {
+  if (e.op == QueuedOp::LinearRow) {  // queued only where Gemv.cpp would not split it (queueLinearRow)
+    gemvOnThisThread(static_cast<const float*>(e.b), static_cast<const float*>(e.a), static_cast<const float*>(e.c),
+                     static_cast<float*>(e.out), e.n, e.period);
+    return;
+  }
   if (e.n <= kGrainSize || at::get_num_threads() == 1 || at::in_parallel_region()) {
     runOnThisThread(e);
     return;
@@ -841,24 +930,15 @@ Ran runLocked(Queue& q, const c10::OperatorName* joined = nullptr) {
   return ran;
 }
 
-// `call` queued, writing `out`.
-void push(Call& call, const at::Tensor& out) {
-  Entry& entry = call.entry;
-  entry.out = out.mutable_data_ptr();
-  entry.a = call.a->const_data_ptr();
-  entry.b = call.b != nullptr ? call.b->const_data_ptr() : nullptr;
-  entry.c = call.c != nullptr ? call.c->const_data_ptr() : nullptr;
-  entry.n = out.numel();
-  const bool fresh = &out != call.a;  // out of place: a result the queue holds (in place holds no new memory)
-  entry.keep = {out, fresh ? *call.a : at::Tensor(), call.b != nullptr ? *call.b : at::Tensor(),
-                call.c != nullptr ? *call.c : at::Tensor()};
+// `entry` queued: it writes `bytes`, of which `fresh_bytes` are new results
+// the queue holds, and splits across the intra-op threads when `parallel`.
+void enqueue(Entry&& entry, int64_t bytes, int64_t fresh_bytes, bool parallel) {
   Queue& q = queue();
   Ran finished;  // declared before the lock: dropped after it is released
   std::lock_guard<std::mutex> lock(q.mutex);
-  const auto bytes = static_cast<int64_t>(entry.n * out.element_size());
-  q.held_bytes += fresh ? bytes : 0;
+  q.held_bytes += fresh_bytes;
   q.written_bytes += bytes;
-  q.parallel = q.parallel || entry.n > kGrainSize;
+  q.parallel = q.parallel || parallel;
   q.entries.push_back(std::move(entry));
   detail::gQueued.store(true, std::memory_order_release);
   if (static_cast<int64_t>(q.entries.size()) >= q.limit || q.held_bytes >= kMaxHeldBytes ||
@@ -870,6 +950,22 @@ void push(Call& call, const at::Tensor& out) {
       finished = runLocked(q);
     }
   }
+}
+
+// `call` queued, writing `out`.
+void push(Call& call, const at::Tensor& out) {
+  Entry& entry = call.entry;
+  entry.out = out.mutable_data_ptr();
+  entry.a = call.a->const_data_ptr();
+  entry.b = call.b != nullptr ? call.b->const_data_ptr() : nullptr;
+  entry.c = call.c != nullptr ? call.c->const_data_ptr() : nullptr;
+  entry.n = out.numel();
+  const bool fresh = &out != call.a;  // out of place: a result the queue holds (in place holds no new memory)
+  entry.keep = {out, fresh ? *call.a : at::Tensor(), call.b != nullptr ? *call.b : at::Tensor(),
+                call.c != nullptr ? *call.c : at::Tensor()};
+  const auto bytes = static_cast<int64_t>(entry.n * out.element_size());
+  const bool parallel = entry.n > kGrainSize;
+  enqueue(std::move(entry), bytes, fresh ? bytes : 0, parallel);
 }
 
 // The call for an op whose operands are all tensors (sqrt, lerp, addcmul,
@@ -892,18 +988,34 @@ std::optional<Call> tensorOperands(QueuedOp op, const DirectOp& source, const at
   return call;
 }
 
-// A fresh result for `call` (the shape of its operand that is not repeated,
-// contiguous, of its dtype, on its core), then the call queued; the result.
+// A fresh contiguous result of `sizes`, of `like`'s dtype, on its core.
+at::Tensor freshResult(c10::IntArrayRef sizes, const at::Tensor& like) {
+  c10::DeviceGuard guard(like.device());
+  return at::detail::empty_generic(sizes, &neuronAllocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   like.scalar_type(), c10::MemoryFormat::Contiguous);
+}
+
+// A fresh result for `call` (the shape of its operand that is not repeated),
+// then the call queued; the result.
 at::Tensor queueOutOfPlace(Call& call) {
-  at::Tensor out;
-  {
-    c10::DeviceGuard guard(call.a->device());
-    out = at::detail::empty_generic(
-        (call.entry.a_repeats ? call.b : call.a)->sizes(), &neuronAllocator(),
-        c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), call.a->scalar_type(), c10::MemoryFormat::Contiguous);
-  }
+  at::Tensor out = freshResult((call.entry.a_repeats ? call.b : call.a)->sizes(), *call.a);
   push(call, out);
   return out;
+}
+
+// An optional operand the queue reads beside `self`: absent, or a tensor of
+// self's dtype on its core, of `sizes`.
+bool optionalOperand(const std::optional<at::Tensor>& t, const at::Tensor& self, c10::IntArrayRef sizes) {
+  return !t.has_value() || !t->defined() ||
+         (t->device() == self.device() && sameDtype(*t, self) && t->sizes().equals(sizes));
+}
+
+const void* dataOf(const std::optional<at::Tensor>& t) {
+  return t.has_value() && t->defined() ? t->const_data_ptr() : nullptr;
+}
+
+at::Tensor tensorOf(const std::optional<at::Tensor>& t) {
+  return t.has_value() ? *t : at::Tensor();
 }
 
 // `call` queued writing its own first operand; false (run it now) when another
@@ -1092,6 +1204,78 @@ bool queueForeachInplace(QueuedOp op, const DirectOp& source, const ForeachOpera
     push(call, *call.a);
   }
   return true;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> queueLayerNorm(const DirectOp& source, const at::Tensor& input,
+                                                              c10::IntArrayRef normalized_shape,
+                                                              const std::optional<at::Tensor>& weight,
+                                                              const std::optional<at::Tensor>& bias, double eps) {
+  const auto dims = static_cast<int64_t>(normalized_shape.size());
+  // Shapes PyTorch's kernel would refuse, with its error, run unqueued.
+  if (!queueable(QueuedOp::LayerNorm, input) || dims == 0 || dims > input.dim() ||
+      !input.sizes().slice(input.dim() - dims).equals(normalized_shape) ||
+      !optionalOperand(weight, input, normalized_shape) || !optionalOperand(bias, input, normalized_shape)) {
+    return {};
+  }
+  const int64_t axis = input.dim() - dims;
+  std::vector<int64_t> stat_sizes(input.sizes().begin(), input.sizes().begin() + axis);
+  stat_sizes.resize(input.dim(), 1);  // PyTorch's: the leading sizes, then a 1 for each normalized dim
+  at::Tensor out = freshResult(input.sizes(), input);
+  at::Tensor mean = freshResult(stat_sizes, input);
+  at::Tensor rstd = freshResult(stat_sizes, input);
+  Entry entry{QueuedOp::LayerNorm, &source};
+  entry.out = out.mutable_data_ptr();
+  entry.out2 = mean.mutable_data_ptr();
+  entry.out3 = rstd.mutable_data_ptr();
+  entry.a = input.const_data_ptr();
+  entry.b = dataOf(weight);
+  entry.c = dataOf(bias);
+  entry.n = input.numel();
+  entry.period = c10::multiply_integers(normalized_shape);
+  entry.alpha = static_cast<float>(eps);  // PyTorch's float kernel reads eps as a float
+  entry.keep = {out, input, tensorOf(weight), tensorOf(bias), mean, rstd};
+  const auto bytes = static_cast<int64_t>((out.numel() + 2 * mean.numel()) * sizeof(float));
+  enqueue(std::move(entry), bytes, bytes, input.numel() > kGrainSize);
+  return {out, mean, rstd};
+}
+
+at::Tensor queueLinearRow(const DirectOp& source, const at::Tensor& input, const at::Tensor& weight,
+                          const std::optional<at::Tensor>& bias) {
+  const int64_t n = weight.size(0), k = weight.size(1);
+  if (!queueable(QueuedOp::LinearRow, input) || gemvSplits(n, k)) {
+    return at::Tensor();
+  }
+  auto sizes = input.sizes().vec();
+  sizes.back() = n;
+  at::Tensor out = freshResult(sizes, input);
+  Entry entry{QueuedOp::LinearRow, &source};
+  entry.out = out.mutable_data_ptr();
+  entry.a = input.const_data_ptr();
+  entry.b = weight.const_data_ptr();
+  entry.c = dataOf(bias);
+  entry.n = n;
+  entry.period = k;
+  entry.keep = {out, input, weight, tensorOf(bias)};
+  Queue& q = queue();
+  Ran finished;  // declared before the lock: dropped after it is released
+  std::lock_guard<std::mutex> lock(q.mutex);
+  const bool parallel = q.parallel;
+  // The ops queued before it and the product: one launch, counted under their
+  // names with linear's last (runQueuedEndingWith's name); linear alone is
+  // counted under its own name when called, as unqueued.
+  std::vector<Entry> launch = q.entries.empty() ? std::vector<Entry>() : takeLaunch(q, &source.handle().operator_name());
+  launch.push_back(std::move(entry));
+  if (gAsync.load(std::memory_order_relaxed) && !parallel) {
+    finished.batches = deviceThread().submit(std::move(launch));
+    detail::gQueued.store(true, std::memory_order_release);  // until runQueued waits for the device thread
+  } else {
+    finished = Ran(deviceThread().wait(), std::move(launch));
+    for (const Entry& e : finished.entries) {
+      run(e);
+    }
+    detail::gQueued.store(false, std::memory_order_release);
+  }
+  return out;
 }
 
 ConcatenationStats concatenationStats() {

@@ -8,7 +8,10 @@
 // -0.5, -1: PyTorch's CPU kernel computes these with IEEE operations, not
 // std::pow), lerp (Scalar weight), addcmul and addcdiv, exp, tanh, sigmoid
 // and silu (csrc/FloatMath.h: the same bits on every CPU), softmax and its
-// gradient and log_softmax and its gradient over the last dim (float32: as PyTorch's kernels compute them, to a few ulps), and the activation
+// gradient and log_softmax and its gradient over the last dim, layer norm over
+// the last dims, GELU and its gradient (float32: as PyTorch's kernels compute
+// them, to a few ulps), linear with one float32 row (which ends the sequence,
+// queueLinearRow), and the activation
 // gradients threshold_backward (relu's), sigmoid_backward, tanh_backward and
 // silu_backward (bfloat16: computed in float32 and rounded once, as PyTorch's
 // CPU kernels do; rsqrt and pow 3 / -2, which they compute in bfloat16 steps,
@@ -45,6 +48,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 namespace torch_neuronx {
@@ -59,6 +63,13 @@ enum class QueuedOp : uint8_t {
   // their gradients (_softmax_backward_data, _log_softmax_backward_data: self
   // the gradient, b the forward's output) over the last dim.
   Softmax, SoftmaxBackward, LogSoftmax, LogSoftmaxBackward,
+  // native_layer_norm over the last dims (float32; its mean and rstd too):
+  // queueLayerNorm.
+  LayerNorm,
+  // gelu (exact, tanh) and gelu_backward (self the gradient, b the input), float32.
+  Gelu, GeluTanh, GeluBackward, GeluTanhBackward,
+  // linear with one row of float32 (csrc/Gemv.cpp), which ends the sequence: queueLinearRow.
+  LinearRow,
 };
 
 // From TORCH_NEURONX_ENABLE_CONCATENATION, NEURON_LAUNCH_BLOCKING and
@@ -103,6 +114,24 @@ at::Tensor queueTensors(QueuedOp op, const DirectOp& source, const at::Tensor& s
                         const at::Tensor* c, double value);
 bool queueTensorsInplace(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor* b,
                          const at::Tensor* c, double value);
+
+// native_layer_norm(input, normalized_shape, weight, bias, eps) queued: its
+// (output, mean, rstd), or undefined tensors when the call does not qualify (a
+// float32 neuron input whose last sizes are normalized_shape, weight and bias
+// absent or float32 tensors of that shape on its core).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> queueLayerNorm(const DirectOp& source, const at::Tensor& input,
+                                                              c10::IntArrayRef normalized_shape,
+                                                              const std::optional<at::Tensor>& weight,
+                                                              const std::optional<at::Tensor>& bias, double eps);
+// linear with one row of float32 (y = W x + b, csrc/Gemv.cpp) queued as the
+// end of the sequence, as runQueuedEndingWith ends it (a matmul-class op joins
+// the launch of the ops queued before it: "aten::gelu|aten::linear"), and the
+// launch handed to the device thread: the caller goes on while the product is
+// computed. Its result, or an undefined tensor when the queue does not take
+// the call (the caller runs it now). The operands are those linear's one-row
+// kernel takes (csrc/Linear.cpp's isOneRow).
+at::Tensor queueLinearRow(const DirectOp& source, const at::Tensor& input, const at::Tensor& weight,
+                          const std::optional<at::Tensor>& bias);
 
 // A foreach op (csrc/Foreach.cpp) queued as one op per element of its list, in
 // order, all or none: every element's call is checked first, and nothing is

@@ -1,4 +1,5 @@
-// The device's own float32 transcendental functions (exp, tanh, sigmoid, SiLU),
+// The device's own float32 transcendental functions (exp, tanh, sigmoid, SiLU,
+// erf and GELU),
 // for the concatenation queue's loops (csrc/Concatenation.cpp).
 //
 // Why not std::exp or PyTorch's: the C library's expf is a call per element
@@ -105,6 +106,55 @@ NEURON_INLINE float silu(float x) {
 NEURON_INLINE float siluBackward(float grad, float x) {
   const float s = sigmoid(x);
   return grad * s * (1.0f + x * (1.0f - s));
+}
+
+// erf by Abramowitz and Stegun's formula 7.1.26, 1 - t * P(t) * e^(-x^2) with
+// t = 1 / (1 + 0.3275911 |x|) (absolute error at most 1.5e-7, published), the
+// approximation PyTorch's vectorized float erf uses, so its GELU's; the sign of x.
+NEURON_INLINE float erf(float x) {
+  const float ax = std::fabs(x);
+  const float t = 1.0f / std::fma(0.3275911f, ax, 1.0f);
+  float p = 1.061405429f;
+  p = std::fma(p, t, -1.453152027f);
+  p = std::fma(p, t, 1.421413741f);
+  p = std::fma(p, t, -0.284496736f);
+  p = std::fma(p, t, 0.254829592f);
+  const float r = 1.0f - p * t * exp(-(ax * ax));
+  return std::copysign(r, x);  // erf(-0) = -0; a NaN stays NaN
+}
+
+// GELU and its gradient in PyTorch's CPU formulas (aten/src/ATen/native/cpu
+// Activation.cpp): exact, x / 2 * (1 + erf(x / sqrt 2)), and the tanh form,
+// x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))).
+constexpr float kSqrtHalf = 0.707106781186547524f;          // 1 / sqrt 2
+constexpr float kGeluPdf = 0.398942280401432678f;           // 1 / sqrt(2 pi)
+constexpr float kGeluTanhBeta = 0.797884560802865356f;      // sqrt(2 / pi)
+constexpr float kGeluTanhKappa = 0.044715f;
+
+NEURON_INLINE float gelu(float x) {
+  return x * 0.5f * (1.0f + erf(x * kSqrtHalf));
+}
+
+NEURON_INLINE float geluTanh(float x) {
+  const float inner = kGeluTanhBeta * (x + kGeluTanhKappa * (x * x * x));
+  return 0.5f * x * (1.0f + tanh(inner));
+}
+
+NEURON_INLINE float geluBackward(float grad, float x) {
+  const float cdf = 0.5f * (1.0f + erf(x * kSqrtHalf));
+  const float pdf = exp(-0.5f * x * x) * kGeluPdf;
+  return grad * (cdf + x * pdf);
+}
+
+NEURON_INLINE float geluTanhBackward(float grad, float x) {
+  const float square = x * x;
+  const float inner = kGeluTanhBeta * (x + kGeluTanhKappa * (square * x));
+  const float t = tanh(inner);
+  const float left = 0.5f * x;
+  const float right = 1.0f + t;
+  const float left_derivative = 0.5f * right;
+  const float right_derivative = left * (1.0f - t * t) * kGeluTanhBeta * (1.0f + 3.0f * kGeluTanhKappa * square);
+  return grad * (left_derivative + right_derivative);
 }
 
 } // namespace floatmath

@@ -27,6 +27,7 @@
 #define NEURON_ATEN_GELU_LOOPS 0
 #endif
 #include "Allocator.h"
+#include "Concatenation.h"
 #include "Eager.h"
 #include "Runtime.h"
 
@@ -52,7 +53,24 @@ bool loopApplies(const at::Tensor& t) {
   return NEURON_ATEN_GELU_LOOPS && t.device().type() == kNeuron && plainFloat(t) && t.numel() < kMaxElements;
 }
 
+// gelu and gelu_backward queued (float32): the call's result, or an undefined
+// tensor (run it now). The approximation's name is checked first (PyTorch's error).
+at::Tensor queued(const DirectOp& op, std::string_view approximate, bool backward, const at::Tensor& self,
+                  const at::Tensor* input) {
+  if (!concatenationEnabled()) {
+    return at::Tensor();
+  }
+  const bool tanh = at::native::get_gelutype_enum(approximate) == at::native::GeluType::Tanh;
+  const QueuedOp kind = backward ? (tanh ? QueuedOp::GeluTanhBackward : QueuedOp::GeluBackward)
+                                 : (tanh ? QueuedOp::GeluTanh : QueuedOp::Gelu);
+  return queueTensors(kind, op, self, input, nullptr, 0.0);
+}
+
 at::Tensor gelu(const at::Tensor& self, std::string_view approximate) {
+  if (at::Tensor out = queued(kGelu, approximate, false, self, nullptr); out.defined()) {
+    auto call = kGelu.enter(self, approximate);
+    return out;
+  }
   if (!loopApplies(self)) {
     return kGelu.runGeneric(self, approximate);
   }
@@ -70,6 +88,10 @@ at::Tensor gelu(const at::Tensor& self, std::string_view approximate) {
 }
 
 at::Tensor geluBackward(const at::Tensor& grad, const at::Tensor& self, std::string_view approximate) {
+  if (at::Tensor out = queued(kGeluBackward, approximate, true, grad, &self); out.defined()) {
+    auto call = kGeluBackward.enter(grad, self, approximate);
+    return out;
+  }
   if (!loopApplies(self) || !loopApplies(grad) || grad.device() != self.device() ||
       !grad.sizes().equals(self.sizes())) {
     return kGeluBackward.runGeneric(grad, self, approximate);

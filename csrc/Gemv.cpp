@@ -121,20 +121,36 @@ NEURON_VECTORIZED NEURON_AVX2_FMA void rowRangeAvx2Fma(const float* w, const flo
 // each (a smaller split costs more in waking threads than it saves).
 constexpr int64_t kBytesPerTask = 256 * 1024;
 
+// Rows per task.
+int64_t grainRows(int64_t k) {
+  return std::max<int64_t>(4, kBytesPerTask / (std::max<int64_t>(k, 1) * sizeof(float)));
+}
+
+void rowRangeOnThisThread(const float* weight, const float* x, const float* bias, float* y, int64_t begin,
+                          int64_t end, int64_t k) {
+#ifdef NEURON_X86_FMA
+  if (avx2FmaLoops()) {
+    rowRangeAvx2Fma(weight, x, bias, y, begin, end, k);
+    return;
+  }
+#endif
+  rowRangeAnyCpu(weight, x, bias, y, begin, end, k);
+}
+
 } // namespace
 
 void gemv(const float* weight, const float* x, const float* bias, float* y, int64_t n, int64_t k) {
-  const bool avx2 = avx2FmaLoops();
-  const int64_t grain = std::max<int64_t>(4, kBytesPerTask / (std::max<int64_t>(k, 1) * sizeof(float)));
-  at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) {
-#ifdef NEURON_X86_FMA
-    if (avx2) {
-      rowRangeAvx2Fma(weight, x, bias, y, begin, end, k);
-      return;
-    }
-#endif
-    rowRangeAnyCpu(weight, x, bias, y, begin, end, k);
+  at::parallel_for(0, n, grainRows(k), [&](int64_t begin, int64_t end) {
+    rowRangeOnThisThread(weight, x, bias, y, begin, end, k);
   });
+}
+
+bool gemvSplits(int64_t n, int64_t k) {
+  return n > grainRows(k) && at::get_num_threads() > 1 && !at::in_parallel_region();
+}
+
+void gemvOnThisThread(const float* weight, const float* x, const float* bias, float* y, int64_t n, int64_t k) {
+  rowRangeOnThisThread(weight, x, bias, y, 0, n, k);
 }
 
 } // namespace torch_neuronx

@@ -11,6 +11,7 @@
 // under the fp64 rule, or an empty input keep the alias path (its errors, its
 // rounding, its handling of empty results).
 #include "Allocator.h"
+#include "Concatenation.h"
 #include "Eager.h"
 #include "Runtime.h"
 
@@ -62,6 +63,13 @@ Results fromStack(torch::jit::Stack stack) {
 
 Results layerNorm(const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
                   const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps) {
+  if (concatenationEnabled()) {
+    auto queued = queueLayerNorm(kLayerNorm, input, C10_AS_INTARRAYREF_SLOW(normalized_shape), weight, bias, eps);
+    if (std::get<0>(queued).defined()) {
+      auto call = kLayerNorm.enter(input, normalized_shape, weight, bias, eps);
+      return queued;
+    }
+  }
   if (!direct(input, weight, bias)) {
     return fromStack(kLayerNorm.runGenericStack(input, normalized_shape, weight, bias, eps));
   }

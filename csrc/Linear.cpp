@@ -124,6 +124,11 @@ at::Tensor linearKernel(const at::Tensor& input, const at::Tensor& weight, const
     return kLinear.runGeneric(input, weight, bias);
   }
   auto call = kLinear.enter(input, weight, bias);
+  if (concatenationEnabled()) {
+    if (at::Tensor queued = queueLinearRow(kLinear, input, weight, bias); queued.defined()) {
+      return queued;
+    }
+  }
   runQueuedEndingWith(kLinear.handle());
   const auto device = input.device().index();
   CaptureScope capture(device);

@@ -64,6 +64,9 @@ struct Entry {
   // for each of out's rows (a bias over a batch, a 0-dim tensor: period 1).
   int64_t period = 0;
   bool a_repeats = false;
+  // The repeated operand holds one value per row of `period` elements instead
+  // (an [B, 1] column over [B, N]: RMSNorm's x * rsqrt(mean(x^2) + eps)).
+  bool per_row = false;
   // The tensors whose memory the loops touch, alive until the entry is
   // dropped. The device thread reads only the fields above: the tensors'
   // reference counts, written by the caller, stay in its core's cache.
@@ -185,7 +188,13 @@ bool plainQueueable(const at::Tensor& t) {
 // result's shape), not element by element.
 bool rowWise(QueuedOp op) {
   return op == QueuedOp::Softmax || op == QueuedOp::SoftmaxBackward || op == QueuedOp::LogSoftmax ||
-         op == QueuedOp::LogSoftmaxBackward || op == QueuedOp::LayerNorm;
+         op == QueuedOp::LogSoftmaxBackward || op == QueuedOp::LayerNorm || op == QueuedOp::RowSum ||
+         op == QueuedOp::RowMean;
+}
+
+// A row op with one result per row (sum, mean over the last dim).
+bool reducesRows(QueuedOp op) {
+  return op == QueuedOp::RowSum || op == QueuedOp::RowMean;
 }
 
 // GELU and its gradient: float32 only (PyTorch's bfloat16 GELU is not checked
@@ -240,6 +249,13 @@ std::optional<int64_t> repeatPeriod(c10::IntArrayRef small, c10::IntArrayRef ful
   return c10::multiply_integers(tail);
 }
 
+// Whether broadcasting `small` to `full`'s shape repeats one value across each
+// of full's rows (its last size): the same sizes but a last size of 1.
+bool oneValuePerRow(c10::IntArrayRef small, c10::IntArrayRef full) {
+  return !full.empty() && small.size() == full.size() && small.back() == 1 && full.back() > 1 &&
+         small.slice(0, small.size() - 1).equals(full.slice(0, full.size() - 1));
+}
+
 // The call `self <op> other` (or `self <op>= other` when in_place), without
 // its output; nullopt when it does not qualify: a float32 neuron tensor and
 // either a CPU scalar or another float32 tensor on its core of its shape, or
@@ -271,11 +287,22 @@ std::optional<Call> operands(QueuedOp op, const DirectOp& source, const at::Tens
       call.entry.period = *period;
       return call;
     }
-    auto period = in_place ? std::nullopt : repeatPeriod(self.sizes(), other.sizes());
-    if (!period || other.numel() > kMaxElements) {
+    if (oneValuePerRow(other.sizes(), self.sizes())) {
+      call.entry.period = self.size(-1);
+      call.entry.per_row = true;
+      return call;
+    }
+    if (in_place || other.numel() > kMaxElements) {
       return std::nullopt;
     }
-    call.entry.period = *period;
+    if (oneValuePerRow(self.sizes(), other.sizes())) {
+      call.entry.period = other.size(-1);
+      call.entry.per_row = true;
+    } else if (auto period = repeatPeriod(self.sizes(), other.sizes())) {
+      call.entry.period = *period;
+    } else {
+      return std::nullopt;
+    }
     call.entry.a_repeats = true;
   } else if (other.device().is_cpu() && other.dim() == 0 && !other.is_neg() && !other.is_conj()) {
     auto value = scalarValue(other);
@@ -417,6 +444,8 @@ NEURON_INLINE void compute(QueuedOp op, Out out, A a, B b, C c, float alpha, int
     case QueuedOp::LogSoftmax:
     case QueuedOp::LogSoftmaxBackward:
     case QueuedOp::LayerNorm:
+    case QueuedOp::RowSum:
+    case QueuedOp::RowMean:
     case QueuedOp::LinearRow:  // Gemv.cpp's loop: run()
       break;
   }
@@ -591,6 +620,21 @@ NEURON_INLINE void layerNormRows(float* out, float* mean_out, float* rstd_out, c
   }
 }
 
+// The sum or mean of each row of `len` floats, one result per row, summed in
+// double lanes (PyTorch's CPU sum: a float32 cascade, another order) and rounded
+// to float32; the mean is that float32 sum over len, as PyTorch divides it (so a
+// sum beyond float32's range is infinite, as there).
+NEURON_INLINE void sumRows(float* out, const float* in, int64_t n, int64_t len, bool mean) {
+  for (int64_t row = 0; row < n; row += len) {
+    const float* x = in + row;
+    const double sum =
+        reduceInLanes(len, 0.0, [x](int64_t i) { return static_cast<double>(x[i]); },
+                      [](double s, double v) { return s + v; });
+    const float total = static_cast<float>(sum);
+    out[row / len] = mean ? total / static_cast<float>(len) : total;
+  }
+}
+
 // A row op's loops (rowWise): `a` its input (or the incoming gradient), `b` the
 // forward's output (layer norm: its weight, `c` its bias; either may be null).
 NEURON_INLINE void computeRows(const Entry& e) {
@@ -609,6 +653,10 @@ NEURON_INLINE void computeRows(const Entry& e) {
       break;
     case QueuedOp::LogSoftmaxBackward:
       logSoftmaxBackwardRows(out, a, b, n, len);
+      break;
+    case QueuedOp::RowSum:
+    case QueuedOp::RowMean:
+      sumRows(out, a, n, len, e.op == QueuedOp::RowMean);
       break;
     case QueuedOp::LayerNorm: {
       auto* mean = static_cast<float*>(e.out2);
@@ -652,6 +700,14 @@ NEURON_INLINE void computeTyped(const Entry& e) {
     compute(e.op, Out{out}, In{a}, Repeated{e.scalar}, In{c}, e.alpha, n);
   } else if (e.period == 0) {
     compute(e.op, Out{out}, In{a}, In{b}, In{c}, e.alpha, n);
+  } else if (e.per_row) {  // each row's value read at its turn
+    for (int64_t start = 0, row = 0; start < n; start += e.period, ++row) {
+      if (e.a_repeats) {
+        compute(e.op, Out{out + start}, Repeated{In{a}(row)}, In{b + start}, In{nullptr}, e.alpha, e.period);
+      } else {
+        compute(e.op, Out{out + start}, In{a + start}, Repeated{In{b}(row)}, In{nullptr}, e.alpha, e.period);
+      }
+    }
   } else if (e.period == 1) {  // one value, read now: queued ops before this one may have written it
     if (e.a_repeats) {
       compute(e.op, Out{out}, Repeated{In{a}(0)}, In{b}, In{c}, e.alpha, n);
@@ -718,9 +774,14 @@ Entry slice(const Entry& e, int64_t begin, int64_t end) {
     return p == nullptr ? p : static_cast<const void*>(static_cast<const char*>(p) + offset);
   };
   const bool repeats = e.period != 0 && !rowWise(e.op);
-  part.out = static_cast<char*>(e.out) + offset;
-  part.a = repeats && e.a_repeats ? e.a : move(e.a);
-  part.b = repeats && !e.a_repeats ? e.b : move(e.b);
+  // A value per row (per_row's repeated operand, a sum's result): moved by whole rows.
+  const auto moveRows = [&](const void* p) {
+    return static_cast<const void*>(static_cast<const char*>(p) + offset / e.period);
+  };
+  const auto moveRepeated = [&](const void* p) { return e.per_row ? moveRows(p) : p; };
+  part.out = reducesRows(e.op) ? const_cast<void*>(moveRows(e.out)) : static_cast<char*>(e.out) + offset;
+  part.a = repeats && e.a_repeats ? moveRepeated(e.a) : move(e.a);
+  part.b = repeats && !e.a_repeats ? moveRepeated(e.b) : move(e.b);
   part.c = move(e.c);
   part.n = end - begin;
   if (e.op == QueuedOp::LayerNorm) {  // the same weight and bias for every row; one mean and rstd per row
@@ -1237,6 +1298,30 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> queueLayerNorm(const DirectOp& so
   const auto bytes = static_cast<int64_t>((out.numel() + 2 * mean.numel()) * sizeof(float));
   enqueue(std::move(entry), bytes, bytes, input.numel() > kGrainSize);
   return {out, mean, rstd};
+}
+
+at::Tensor queueRowReduction(QueuedOp op, const DirectOp& source, const at::Tensor& self,
+                             at::OptionalIntArrayRef dim, bool keepdim, std::optional<at::ScalarType> dtype) {
+  if (!queueable(op, self) || self.dim() == 0 || !dim.has_value() || dim->size() != 1 ||
+      ((*dim)[0] != -1 && (*dim)[0] != self.dim() - 1) || (dtype.has_value() && *dtype != at::kFloat)) {
+    return at::Tensor();
+  }
+  std::vector<int64_t> sizes = self.sizes().vec();
+  if (keepdim) {
+    sizes.back() = 1;
+  } else {
+    sizes.pop_back();
+  }
+  at::Tensor out = freshResult(sizes, self);
+  Entry entry{op, &source};
+  entry.out = out.mutable_data_ptr();
+  entry.a = self.const_data_ptr();
+  entry.n = self.numel();
+  entry.period = self.size(-1);
+  entry.keep = {out, self};
+  const auto bytes = static_cast<int64_t>(out.numel() * sizeof(float));
+  enqueue(std::move(entry), bytes, bytes, self.numel() > kGrainSize);
+  return out;
 }
 
 at::Tensor queueLinearRow(const DirectOp& source, const at::Tensor& input, const at::Tensor& weight,

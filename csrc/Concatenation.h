@@ -16,8 +16,9 @@
 // silu_backward (bfloat16: computed in float32 and rounded once, as PyTorch's
 // CPU kernels do; rsqrt and pow 3 / -2, which they compute in bfloat16 steps,
 // and add/sub with alpha != 1 (in bfloat16 steps in their scalar loop)
-// are not queued), on contiguous tensors of one shape (add, sub, mul, div: or a
-// scalar operand, or one that broadcasts by repeating whole rows), of at most
+// are not queued), sum and mean over the last dim (float32), on contiguous
+// tensors of one shape (add, sub, mul, div: or a scalar operand, or one that
+// broadcasts by repeating whole rows or one value per row), of at most
 // 131,072 elements (above PyTorch's grain size, 32,768, split across the
 // intra-op threads as its CPU kernels split them), are
 // queued instead of run when TORCH_NEURONX_ENABLE_CONCATENATION is on. The
@@ -70,6 +71,8 @@ enum class QueuedOp : uint8_t {
   Gelu, GeluTanh, GeluBackward, GeluTanhBackward,
   // linear with one row of float32 (csrc/Gemv.cpp), which ends the sequence: queueLinearRow.
   LinearRow,
+  // sum and mean over the last dim (float32, one result per row): queueRowReduction.
+  RowSum, RowMean,
 };
 
 // From TORCH_NEURONX_ENABLE_CONCATENATION, NEURON_LAUNCH_BLOCKING and
@@ -123,6 +126,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> queueLayerNorm(const DirectOp& so
                                                               c10::IntArrayRef normalized_shape,
                                                               const std::optional<at::Tensor>& weight,
                                                               const std::optional<at::Tensor>& bias, double eps);
+// sum.dim_IntList or mean.dim (op RowSum, RowMean) over self's last dim queued:
+// its result, or an undefined tensor when the call does not qualify (a float32
+// neuron tensor of at least one dim, dim the last one alone, no other dtype).
+at::Tensor queueRowReduction(QueuedOp op, const DirectOp& source, const at::Tensor& self,
+                             at::OptionalIntArrayRef dim, bool keepdim, std::optional<at::ScalarType> dtype);
 // linear with one row of float32 (y = W x + b, csrc/Gemv.cpp) queued as the
 // end of the sequence, as runQueuedEndingWith ends it (a matmul-class op joins
 // the launch of the ops queued before it: "aten::gelu|aten::linear"), and the

@@ -228,6 +228,23 @@ NEURON_QUEUED_KERNEL(_log_softmax_backward_data, "", LogSoftmaxBackward, SOFTMAX
 // silu_backward(grad_output, self): the macro's `self` is the gradient, `input` the op's self.
 NEURON_QUEUED_KERNEL(silu_backward, "", SiluBackward, INPUT, &input, nullptr, NEURON_NO_SCALAR)
 
+// sum and mean over the last dim (float32; RMSNorm's mean(x^2, -1, keepdim=True)).
+#define NEURON_REDUCTION_KERNEL(NAME, OVERLOAD, OP)                                                         \
+  DirectOp NAME##DimOp(#NAME "." OVERLOAD);                                                                 \
+  at::Tensor NAME##Dim(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,                   \
+                       std::optional<at::ScalarType> dtype) {                                               \
+    if (concatenationEnabled()) {                                                                           \
+      if (at::Tensor queued = queueRowReduction(QueuedOp::OP, NAME##DimOp, self, dim, keepdim, dtype);      \
+          queued.defined()) {                                                                               \
+        auto call = NAME##DimOp.enter(self, dim, keepdim, dtype);                                           \
+        return queued;                                                                                      \
+      }                                                                                                     \
+    }                                                                                                       \
+    return NAME##DimOp.runGeneric(self, dim, keepdim, dtype);                                               \
+  }
+NEURON_REDUCTION_KERNEL(sum, "dim_IntList", RowSum)
+NEURON_REDUCTION_KERNEL(mean, "dim", RowMean)
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -279,6 +296,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   _log_softmax_backward_dataOp.registerKernel(m, _log_softmax_backward_dataQueued);
   tanh_backwardOp.registerKernel(m, tanh_backwardQueued);
   silu_backwardOp.registerKernel(m, silu_backwardQueued);
+  sumDimOp.registerKernel(m, sumDim);
+  meanDimOp.registerKernel(m, meanDim);
 }
 
 } // namespace torch_neuronx

@@ -292,3 +292,127 @@ def test_the_layer_ops_loops_for_any_cpu_give_the_same_bits(queueing):
         _C._any_cpu_loops(False)
     for a, b in zip(fast, portable):
         assert torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+
+# ------------------------------------------------- sums over the last dim, one value per row
+
+@pytest.mark.parametrize("shape", [(300,), (4, 5, 300), (2, 1), (3, 4096)])
+@pytest.mark.parametrize("keepdim", [True, False])
+@pytest.mark.parametrize("name", ["sum", "mean"])
+def test_sum_and_mean_over_the_last_dim_are_queued_and_match_cpu(queueing, shape, keepdim, name):
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(12)) * 3 + 0.5
+    fn = getattr(torch, name)
+    for dim in (-1, len(shape) - 1):
+        before = stats()
+        got = fn(x.to(DEV), dim, keepdim=keepdim)
+        assert queued_since(before) == 1
+        want = fn(x, dim, keepdim=keepdim)
+        assert got.shape == want.shape and got.dtype == want.dtype
+        torch.testing.assert_close(got.cpu(), want)
+
+
+@pytest.mark.parametrize("name", ["sum", "mean"])
+def test_sums_of_rows_with_nan_infinity_or_beyond_float32_range_give_cpus_result(queueing, name):
+    x = torch.tensor([[1.0, float("nan"), 2.0], [1.0, float("inf"), 2.0], [float("inf"), float("-inf"), 0.0],
+                      [3e38, 3e38, 0.0], [-3e38, -3e38, 1.0]])
+    fn = getattr(torch, name)
+    torch.testing.assert_close(fn(x.to(DEV), -1).cpu(), fn(x, -1), equal_nan=True)
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: x.sum(0), lambda x: x.sum(), lambda x: x.mean((0, 1)), lambda x: x.sum(-1, dtype=torch.float64),
+    lambda x: x.double().sum(-1), lambda x: x.bfloat16().mean(-1), lambda x: x.t().sum(-1)])
+def test_other_reductions_run_unqueued_and_match_cpu(queueing, call):
+    x = torch.randn(6, 8, generator=torch.Generator().manual_seed(13))
+    xd = x.to(DEV)
+    _C._run_queued()
+    before = stats()
+    got = call(xd)
+    assert queued_since(before) == 0
+    want = call(x)
+    torch.testing.assert_close(got.cpu(), want, rtol=1.6e-2 if want.dtype == torch.bfloat16 else 1e-5,
+                               atol=1e-5, check_dtype=True)
+
+
+def test_a_reduction_over_a_dim_out_of_range_raises_pytorchs_error(queueing):
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        torch.randn(3, 4, device=DEV).sum(2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+def test_an_operand_with_one_value_per_row_is_queued_bit_for_bit(queueing, op, dtype):
+    """[B, S, H] <op> [B, S, 1] (and the column first, out of place; in place on the full tensor):
+    PyTorch computes one IEEE operation per element, so the bits are CPU's."""
+    g = torch.Generator().manual_seed(14)
+    x = torch.randn(2, 3, 40, generator=g).to(dtype)
+    r = (torch.rand(2, 3, 1, generator=g) + 0.5).to(dtype)
+    fn = getattr(torch, op)
+    calls = [lambda a, b: fn(a, b), lambda a, b: fn(b, a), lambda a, b: getattr(a.clone(), op + "_")(b)]
+    for call in calls:
+        before = stats()
+        got = call(x.to(DEV), r.to(DEV))
+        assert queued_since(before) >= 1
+        assert torch.equal(got.cpu(), call(x, r))
+
+
+def test_an_operand_with_one_value_per_row_reads_the_value_written_before_it(queueing):
+    x, r = torch.randn(4, 16), torch.randn(4, 1)
+    xd, rd = x.to(DEV), r.to(DEV)
+    y = xd * rd
+    rd.mul_(2)  # queued after it
+    z = xd * rd
+    assert torch.equal(y.cpu(), x * r) and torch.equal(z.cpu(), x * (r * 2))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_rows_above_the_grain_size_split_across_threads_bit_for_bit(queueing, threads):
+    x = torch.randn(64, 1024, generator=torch.Generator().manual_seed(15))
+    was = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        xd = x.to(DEV)
+        got = [xd * xd.mean(-1, keepdim=True), xd.sum(-1), xd / xd.sum(-1, keepdim=True)]
+        got = [t.cpu() for t in got]
+    finally:
+        torch.set_num_threads(was)
+    with concatenation(True):
+        xd = x.to(DEV)
+        one = [t.cpu() for t in (xd * xd.mean(-1, keepdim=True), xd.sum(-1), xd / xd.sum(-1, keepdim=True))]
+    for a, b in zip(got, one):
+        assert torch.equal(a, b)
+    torch.testing.assert_close(got[0], x * x.mean(-1, keepdim=True))
+
+
+def _rms_norm(x, w, eps=1e-6):
+    """Llama's RMSNorm (transformers' LlamaRMSNorm.forward, float32)."""
+    variance = x.pow(2).mean(-1, keepdim=True)
+    return w * (x * torch.rsqrt(variance + eps))
+
+
+def test_rms_norm_runs_as_one_launch_and_matches_cpu(queueing):
+    g = torch.Generator().manual_seed(16)
+    x, w = torch.randn(2, 5, 64, generator=g), torch.randn(64, generator=g)
+    _C._run_queued()
+    before = stats()
+    got = _rms_norm(x.to(DEV), w.to(DEV))
+    assert _launches_since(before) == 1 and stats()[1] - before[1] == 6
+    torch.testing.assert_close(got.cpu(), _rms_norm(x, w))
+
+
+def test_llama_decoding_step_queues_its_norms_and_projections(queueing):
+    """A tiny Llama's forward at batch 1, one token: its RMSNorms, one-row projections and SiLU
+    gate queue; its logits are CPU's within float32 rounding."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids = torch.tensor([[5]])
+    with torch.no_grad():
+        want = model(ids).logits
+        device_model = model.to(DEV)
+        before = stats()
+        got = device_model(ids.to(DEV)).logits.cpu()
+    assert stats()[1] - before[1] >= 2 * (2 * 6 + 2) + 6  # per layer two RMSNorms' 6 ops and silu * up
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)

@@ -203,13 +203,15 @@ def test_fast_path_overloads_are_those_of_fastops_cpp():
     names |= {f"{op}{suffix}{overload}" for op, overload in queued for suffix in ("", "_")}
     out_of_place = re.findall(r'^NEURON_QUEUED_KERNEL\((\w+), "([^"]*)",', source, re.MULTILINE)
     names |= {f"{op}{overload}" for op, overload in out_of_place}
+    reductions = re.findall(r'^NEURON_REDUCTION_KERNEL\((\w+), "([^"]*)",', source, re.MULTILINE)
+    names |= {f"{op}.{overload}" for op, overload in reductions}
     # pow's kernels (FastOps.cpp, written out: the exponent picks the queued formula), and kernels
     # beside their ops' other kernels
     for file in ("FastOps.cpp", "Dropout.cpp", "Linear.cpp", "Gelu.cpp", "LayerNorm.cpp"):
         direct = set(re.findall(r'DirectOp \w+\("([^"]+)"\)', (ROOT / "csrc" / file).read_text()))
         names |= {name for name in direct if registry.base_name(name) not in registry.CPP_KERNELS}
     names |= _foreach_cpp_overloads()
-    assert binary and queued and out_of_place and names == registry.FAST_PATH_OVERLOADS
+    assert binary and queued and out_of_place and reductions and names == registry.FAST_PATH_OVERLOADS
 
 
 def _foreach_cpp_overloads() -> set[str]:

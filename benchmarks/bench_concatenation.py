@@ -23,7 +23,8 @@ slower with the queue on; and a small ReLU MLP's training step with SGD(foreach=
 queue takes the activations, their gradients, the zeroing of the gradients and the optimizer's arithmetic; and an AdamW step over
 100 parameters of 8,192 floats, where the queue's arithmetic is a large share of the time and the device
 thread overlaps it with the caller's Python; and two activations written out as models write them
-(GPT-2's tanh GELU, Llama's silu(gate) * up), which queue whole with exp/tanh/sigmoid/silu and pow.
+(GPT-2's tanh GELU, Llama's silu(gate) * up), which queue whole with exp/tanh/sigmoid/silu and pow;
+and a small Hugging Face Llama's decoding step at batch 1.
 """
 
 from __future__ import annotations
@@ -130,6 +131,30 @@ def _mlp_forward(device):
     return step, step
 
 
+def _llama_decode(device):
+    """One decoding step of a small Hugging Face Llama (random weights from a config) at batch 1,
+    over a 16-token KV cache kept at that length: its RMSNorms, one-row projections, SiLU gate and
+    residual adds queue; rotary embeddings' cat and neg of a slice, the cache's cat and attention
+    run unqueued and cut the sequences."""
+    import transformers  # the HF stack: a dependency of the project
+
+    config = transformers.LlamaConfig(vocab_size=1024, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
+                                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval().to(device)
+    ids = torch.randint(0, 1024, (1, 16), generator=torch.Generator().manual_seed(1)).to(device)
+    with torch.no_grad():
+        cache = model(ids, use_cache=True).past_key_values
+    token = ids[:, -1:]
+
+    def step():
+        with torch.no_grad():
+            logits = model(token, past_key_values=cache, use_cache=True).logits
+        cache.crop(-1)  # back to 16 tokens: every step is the same
+        return logits
+    return step, step
+
+
 def _small_relu_step(device):
     """A small ReLU MLP's training step with SGD(foreach=False): dispatch-bound on the CPU; the queue
     takes the ReLU, its gradient (threshold_backward), zero_grad's zero_ and the optimizer's arithmetic."""
@@ -168,6 +193,7 @@ CASES = [
     Case("gelu_tanh", "GPT-2's GELU written out (pow, tanh, 6 arithmetic ops), 1,024 float32", _gelu_tanh_written_out),
     Case("silu_gate", "silu(gate) * up, 1,024 float32", _silu_gate),
     Case("sigmoid_8k", "sigmoid, 8,192 float32", _sigmoid_8k),
+    Case("llama_decode", "Llama decoding step, batch 1 (hidden 256, 4 layers, 16-token cache)", _llama_decode),
     Case("relu_mlp_step", "ReLU MLP 64-128-128-64 training step, batch 8, SGD foreach=False", _small_relu_step),
     Case("mlp_step", "MLP training step (bench_eager.py)", _training(bench_eager.make_mlp)),
     Case("transformer_step", "Transformer training step (bench_eager.py)", _training(bench_eager.make_transformer)),

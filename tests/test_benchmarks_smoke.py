@@ -82,7 +82,7 @@ def test_bench_concatenation_quick_runs(tmp_path):
     results = {r["name"]: r for r in _run_quick("bench_concatenation.py", tmp_path / "c.json", timeout=600)}
     assert set(results) == {"chain20", "sgd_step", "adamw_step", "adamw_step_8k", "mlp_fwd_b1", "relu_mlp_step",
                             "mlp_step", "transformer_step", "gelu_tanh", "silu_gate", "sigmoid_8k", "chain20_bf16",
-                            "adamw_foreach", "sgd_foreach"}
+                            "adamw_foreach", "sgd_foreach", "llama_decode"}
     for name, r in results.items():
         for key in ("off", "sync", "on", "on_off", "on_sync"):
             assert r[key]["p25"] <= r[key]["median"] <= r[key]["p75"] and r[key]["median"] > 0, (name, key)
@@ -91,6 +91,7 @@ def test_bench_concatenation_quick_runs(tmp_path):
     assert results["adamw_foreach"]["ops"] == 800 and results["sgd_foreach"]["ops"] == 300
     assert results["chain20_bf16"]["ops"] == 20 and results["gelu_tanh"]["ops"] == 8 and results["silu_gate"]["ops"] == 2 and results["sigmoid_8k"]["ops"] == 1
     # its layer norm and GELU; each linear (one row) ends a launch and is not counted as a queued op
+    assert results["llama_decode"]["ops"] > 50  # per layer: two RMSNorms (6 ops each), SiLU gate, residual adds
     assert results["mlp_fwd_b1"]["ops"] == 2 and 0 < results["mlp_fwd_b1"]["hit_rate"] < 1
     # 2 ReLUs, 2 threshold_backward, and for each of the 6 parameters its .grad zeroed
     # (zero_grad(set_to_none=False): zero_), the gradient accumulated into it (add_) and SGD with

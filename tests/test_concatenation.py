@@ -431,9 +431,10 @@ def test_a_repeated_operand_is_read_when_its_turn_comes(queueing):
     assert torch.equal(got.cpu(), x * (s * 3) + (row + 1))
 
 
-@pytest.mark.parametrize("shapes", [((4, 8), (4, 1)), ((4, 1), (1, 8)), ((2, 1, 8), (3, 8)), ((4, 1, 8), (3, 1))],
+@pytest.mark.parametrize("shapes", [((3, 4, 8), (3, 1, 8)), ((4, 1), (1, 8)), ((2, 1, 8), (3, 8)), ((4, 1, 8), (3, 1))],
                          ids=str)
 def test_other_broadcasts_run_unqueued_and_match_cpu(queueing, shapes):
+    """(A [B, 1] column over [B, N], one value per row, is queued: tests/test_concatenation_layers.py.)"""
     a, b = torch.randn(shapes[0]), torch.randn(shapes[1])
     before = stats()
     got = a.to(DEV) * b.to(DEV)

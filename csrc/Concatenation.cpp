@@ -104,6 +104,12 @@ constexpr int64_t kMaxElements = 131072;
 // before the next forward pass waited for it, 1.23x CPU eager's step time
 // against 1.06x without the thread).
 constexpr int64_t kMaxHeldBytes = 512 * 1024;
+// A one-row linear the intra-op threads would split is queued, and computed
+// by the device thread alone, up to this much weight: about what a module's
+// Python costs (a 1 MiB product takes 15-17 us on one core here), which it
+// then overlaps (LayerNorm+GELU MLP at batch 1, 2 threads: 53-57 us queued
+// against 82-87 us split at the call); a larger one is split at the call.
+constexpr int64_t kMaxSplitProductBytes = 1024 * 1024;
 constexpr int64_t kMaxWrittenBytes = 4 * 1024 * 1024;
 
 struct Queue {
@@ -1327,7 +1333,7 @@ at::Tensor queueRowReduction(QueuedOp op, const DirectOp& source, const at::Tens
 at::Tensor queueLinearRow(const DirectOp& source, const at::Tensor& input, const at::Tensor& weight,
                           const std::optional<at::Tensor>& bias) {
   const int64_t n = weight.size(0), k = weight.size(1);
-  if (!queueable(QueuedOp::LinearRow, input) || gemvSplits(n, k)) {
+  if (!queueable(QueuedOp::LinearRow, input) || (gemvSplits(n, k) && n * k * 4 > kMaxSplitProductBytes)) {
     return at::Tensor();
   }
   auto sizes = input.sizes().vec();

@@ -135,9 +135,10 @@ at::Tensor queueRowReduction(QueuedOp op, const DirectOp& source, const at::Tens
 // end of the sequence, as runQueuedEndingWith ends it (a matmul-class op joins
 // the launch of the ops queued before it: "aten::gelu|aten::linear"), and the
 // launch handed to the device thread: the caller goes on while the product is
-// computed. Its result, or an undefined tensor when the queue does not take
-// the call (the caller runs it now). The operands are those linear's one-row
-// kernel takes (csrc/Linear.cpp's isOneRow).
+// computed (by the device thread alone, even where the intra-op threads would
+// split it, up to 1 MiB of weight). Its result, or an undefined tensor when the
+// queue does not take the call (the caller runs it now). The operands are those
+// linear's one-row kernel takes (csrc/Linear.cpp's isOneRow).
 at::Tensor queueLinearRow(const DirectOp& source, const at::Tensor& input, const at::Tensor& weight,
                           const std::optional<at::Tensor>& bias);
 

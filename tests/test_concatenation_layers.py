@@ -239,16 +239,23 @@ def test_a_queued_linear_runs_on_the_device_thread_and_every_read_waits_for_it(q
         torch.set_num_threads(threads)
 
 
-def test_linear_is_not_queued_when_it_would_split_across_threads_or_is_deterministic(queueing):
-    w, x = torch.randn(512, 512, device=DEV), torch.randn(1, 512, device=DEV)
+def test_linear_over_1_mib_that_would_split_across_threads_or_deterministic_is_not_queued(queueing):
+    """Up to 1 MiB of weight a product the intra-op threads would split is queued and computed by the
+    device thread alone (overlapping the caller's Python); above, it is split at the call."""
+    w, x = torch.randn(1024, 512, device=DEV), torch.randn(1, 512, device=DEV)
+    small = torch.randn(512, 512, device=DEV)
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         before = _C._concatenation_stats()[3]
         y = F.linear(x, w)
-        assert _C._concatenation_stats()[3] == before  # split across the intra-op threads: run now
+        assert _C._concatenation_stats()[3] == before  # 2 MiB split across the intra-op threads: run now
+        y_small = F.linear(x, small)
+        torch.neuron.synchronize()
+        assert _C._concatenation_stats()[3] == before + 1  # 1 MiB: the device thread's
     finally:
         torch.set_num_threads(threads)
+    torch.testing.assert_close(y_small.cpu(), x.cpu() @ small.cpu().t(), rtol=1e-5, atol=1e-4)
     torch.use_deterministic_algorithms(True)
     try:
         before = _C._concatenation_stats()[3]

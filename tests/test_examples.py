@@ -76,3 +76,19 @@ def test_profiling_example_writes_a_device_trace_and_a_memory_history(tmp_path):
     assert allocs and any(frame["filename"].endswith("profile_training.py")
                           for entry in allocs for frame in entry["frames"])
     assert snapshot["segments"]
+
+
+def test_adaptive_eager_example_shows_the_launches_and_matches_cpu():
+    example = DEMO.parent / "adaptive_eager.py"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCH_NEURONX_")}
+    proc = subprocess.run([sys.executable, str(example), "--iterations", "20"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    # the layer norm, GELU and second linear are one launch; a host read after the layer norm cuts it
+    assert "launch: aten::native_layer_norm|aten::gelu|aten::linear x1" in out, out
+    assert "launch with a host read between the layers: aten::gelu|aten::linear x1" in out, out
+    difference = float(re.search(r"^max \|neuron - cpu\| = ([0-9.e+-]+)$", out, flags=re.MULTILINE).group(1))
+    assert difference < 1e-5
+    timing = re.search(r"^forward at batch 1: queue off ([0-9.]+) us, queue on ([0-9.]+) us", out, flags=re.MULTILINE)
+    assert timing and float(timing.group(1)) > 0 and float(timing.group(2)) > 0, out

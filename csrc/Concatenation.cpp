@@ -1238,6 +1238,32 @@ bool queueBinaryInplace(QueuedOp op, const DirectOp& source, const at::Tensor& s
   return call && queueInPlace(*call);
 }
 
+// The call `self <op> other` for a number, as operands() takes a wrapped one
+// (bfloat16 included, under the same rule for alpha).
+std::optional<Call> numberOperands(QueuedOp op, const DirectOp& source, const at::Tensor& self,
+                                   const at::Scalar& other, double alpha) {
+  const auto value = queueableNumber(other);
+  if (!value || !queueable(op, self) || (self.scalar_type() == at::kBFloat16 && alpha != 1.0)) {
+    return std::nullopt;
+  }
+  Call call{Entry{op, &source, self.scalar_type() == at::kBFloat16}, &self};
+  call.entry.alpha = static_cast<float>(alpha);
+  call.entry.scalar = *value;
+  return call;
+}
+
+at::Tensor queueNumber(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Scalar& other,
+                       double alpha) {
+  auto call = numberOperands(op, source, self, other, alpha);
+  return call ? queueOutOfPlace(*call) : at::Tensor();
+}
+
+bool queueNumberInplace(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Scalar& other,
+                        double alpha) {
+  auto call = numberOperands(op, source, self, other, alpha);
+  return call && queueInPlace(*call);
+}
+
 at::Tensor queueTensors(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor* b,
                         const at::Tensor* c, double value) {
   auto call = tensorOperands(op, source, self, b, c, value);

@@ -109,6 +109,14 @@ at::Tensor queueBinary(QueuedOp op, const DirectOp& source, const at::Tensor& se
 // `self <op>= other` queued: false when the call does not qualify.
 bool queueBinaryInplace(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor& other,
                         double alpha);
+// add/sub/mul/div's .Scalar overloads (`x * 0.5` written in C++, as autograd's
+// formulas write it): PyTorch's kernel wraps the number in a CPU tensor and
+// calls the .Tensor overload, so the call is queued as queueBinary queues
+// `self <op> number`: the number read as queueableNumber reads it.
+at::Tensor queueNumber(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Scalar& other,
+                       double alpha);
+bool queueNumberInplace(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Scalar& other,
+                        double alpha);
 // A unary op of self, lerp(self, b, value), addcmul / addcdiv(self, b, c, value=value),
 // threshold_backward(self, b, value), sigmoid_backward / tanh_backward(self, b),
 // silu_backward(self, b) (self: the gradient, b: the input) queued, every

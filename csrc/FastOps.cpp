@@ -89,6 +89,43 @@ NEURON_BINARY_KERNELS(sub, Sub, NEURON_ALPHA_PARAM, NEURON_ALPHA_ARG, queueableS
 NEURON_BINARY_KERNELS(mul, Mul, NEURON_NOTHING, NEURON_NOTHING, std::optional<double>(1.0))
 NEURON_BINARY_KERNELS(div, Div, NEURON_NOTHING, NEURON_NOTHING, std::optional<double>(1.0))
 
+// Their .Scalar overloads (`mul.Scalar(x, 2.0)`: autograd's formulas, C++
+// code): queued as the .Tensor overload with a Python number is, any other
+// call served by the alias path as before (PyTorch's kernel wraps the number
+// and calls the .Tensor overload).
+#define NEURON_SCALAR_KERNELS(NAME, OP, PARAMS, ARGS, ALPHA)                                      \
+  DirectOp NAME##ScalarOp(#NAME ".Scalar");                                                       \
+  DirectOp NAME##ScalarInplaceOp(#NAME "_.Scalar");                                               \
+  at::Tensor NAME##Scalar(const at::Tensor& self, const at::Scalar& other PARAMS) {               \
+    if (concatenationEnabled()) {                                                                 \
+      if (auto alpha_value = ALPHA) {                                                             \
+        at::Tensor queued = queueNumber(QueuedOp::OP, NAME##ScalarOp, self, other, *alpha_value); \
+        if (queued.defined()) {                                                                   \
+          auto call = NAME##ScalarOp.enter(self, other ARGS);                                     \
+          return queued;                                                                          \
+        }                                                                                         \
+      }                                                                                           \
+    }                                                                                             \
+    return NAME##ScalarOp.runGeneric(self, other ARGS);                                           \
+  }                                                                                               \
+  at::Tensor& NAME##ScalarInplace(at::Tensor& self, const at::Scalar& other PARAMS) {             \
+    if (concatenationEnabled()) {                                                                 \
+      auto alpha_value = ALPHA;                                                                   \
+      if (alpha_value && queueNumberInplace(QueuedOp::OP, NAME##ScalarInplaceOp, self, other,     \
+                                            *alpha_value)) {                                      \
+        auto call = NAME##ScalarInplaceOp.enter(self, other ARGS);                                \
+        return self;                                                                              \
+      }                                                                                           \
+    }                                                                                             \
+    NAME##ScalarInplaceOp.runGeneric(self, other ARGS);                                           \
+    return self;                                                                                  \
+  }
+
+NEURON_SCALAR_KERNELS(add, Add, NEURON_ALPHA_PARAM, NEURON_ALPHA_ARG, queueableScalar(alpha))
+NEURON_SCALAR_KERNELS(sub, Sub, NEURON_ALPHA_PARAM, NEURON_ALPHA_ARG, queueableScalar(alpha))
+NEURON_SCALAR_KERNELS(mul, Mul, NEURON_NOTHING, NEURON_NOTHING, std::optional<double>(1.0))
+NEURON_SCALAR_KERNELS(div, Div, NEURON_NOTHING, NEURON_NOTHING, std::optional<double>(1.0))
+
 // Ops served here only so that concatenation can queue them (Concatenation.h):
 // a call the queue takes is counted here; any other call takes the alias path
 // as before, which counts and records it. NEURON_QUEUED_KERNEL makes an op's
@@ -256,6 +293,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   mulInplaceOp.registerKernel(m, mulInplace);
   divOp.registerKernel(m, divTensor);
   divInplaceOp.registerKernel(m, divInplace);
+  addScalarOp.registerKernel(m, addScalar);
+  addScalarInplaceOp.registerKernel(m, addScalarInplace);
+  subScalarOp.registerKernel(m, subScalar);
+  subScalarInplaceOp.registerKernel(m, subScalarInplace);
+  mulScalarOp.registerKernel(m, mulScalar);
+  mulScalarInplaceOp.registerKernel(m, mulScalarInplace);
+  divScalarOp.registerKernel(m, divScalar);
+  divScalarInplaceOp.registerKernel(m, divScalarInplace);
   sqrtOp.registerKernel(m, sqrtQueued);
   sqrtInplaceOp.registerKernel(m, sqrtInplaceQueued);
   negOp.registerKernel(m, negQueued);

@@ -200,6 +200,8 @@ def test_fast_path_overloads_are_those_of_fastops_cpp():
     binary = re.findall(r"^NEURON_BINARY_KERNELS\((\w+),", source, re.MULTILINE)
     queued = re.findall(r'^NEURON_QUEUED_KERNELS\((\w+), "([^"]*)",', source, re.MULTILINE)
     names = {f"{op}{suffix}.Tensor" for op in binary for suffix in ("", "_")}
+    scalar = re.findall(r"^NEURON_SCALAR_KERNELS\((\w+),", source, re.MULTILINE)
+    names |= {f"{op}{suffix}.Scalar" for op in scalar for suffix in ("", "_")}
     names |= {f"{op}{suffix}{overload}" for op, overload in queued for suffix in ("", "_")}
     out_of_place = re.findall(r'^NEURON_QUEUED_KERNEL\((\w+), "([^"]*)",', source, re.MULTILINE)
     names |= {f"{op}{overload}" for op, overload in out_of_place}
@@ -211,7 +213,7 @@ def test_fast_path_overloads_are_those_of_fastops_cpp():
         direct = set(re.findall(r'DirectOp \w+\("([^"]+)"\)', (ROOT / "csrc" / file).read_text()))
         names |= {name for name in direct if registry.base_name(name) not in registry.CPP_KERNELS}
     names |= _foreach_cpp_overloads()
-    assert binary and queued and out_of_place and reductions and names == registry.FAST_PATH_OVERLOADS
+    assert binary and scalar and queued and out_of_place and reductions and names == registry.FAST_PATH_OVERLOADS
 
 
 def _foreach_cpp_overloads() -> set[str]:

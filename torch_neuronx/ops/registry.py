@@ -196,6 +196,8 @@ DIRECT_KERNELS = CPP_KERNELS | PYTHON_KERNELS
 FAST_PATH_OVERLOADS = frozenset({
     "add.Tensor", "add_.Tensor", "sub.Tensor", "sub_.Tensor",
     "mul.Tensor", "mul_.Tensor", "div.Tensor", "div_.Tensor",
+    "add.Scalar", "add_.Scalar", "sub.Scalar", "sub_.Scalar",
+    "mul.Scalar", "mul_.Scalar", "div.Scalar", "div_.Scalar",
     # served there so that concatenation can queue them (csrc/Concatenation.h)
     "sqrt", "sqrt_", "lerp.Scalar", "lerp_.Scalar", "addcmul", "addcmul_", "addcdiv", "addcdiv_",
     "neg", "neg_", "abs", "abs_", "relu", "relu_", "reciprocal", "reciprocal_", "rsqrt", "rsqrt_",

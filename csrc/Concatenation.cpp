@@ -11,10 +11,12 @@
 
 #include <ATen/Context.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/TypeCast.h>
+#include <c10/util/strides.h>
 
 #include <unistd.h>
 
@@ -23,10 +25,12 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -41,6 +45,17 @@ std::atomic<bool> gQueued{false};
 } // namespace detail
 
 namespace {
+
+// How a copy reads a strided operand's rows and writes them (Entry::rows):
+// rows of `len` elements (the last dim, merged with the dims before it while
+// both sides stay contiguous), at the offsets the other dims give, innermost
+// first (sizes, and strides in elements on each side).
+constexpr int kMaxRowDims = 8;
+struct RowLayout {
+  int64_t len = 1;
+  int dims = 0;
+  std::array<int64_t, kMaxRowDims> sizes{}, src{}, dst{};
+};
 
 // One queued call: out = a <op> (b or scalar), with alpha for add/sub; lerp's
 // weight, addcmul/addcdiv's value and threshold_backward's threshold are
@@ -74,6 +89,11 @@ struct Entry {
   // to 1 between calls, and PyTorch hands its Python object over between C++
   // and Python, under the GIL, each time it rises to 2 again.)
   std::array<at::Tensor, 6> keep;
+  // A strided operand: `a`'s rows are first copied into `out` as laid out
+  // here, and the op (Copy: none) then runs in place on out.
+  std::shared_ptr<const RowLayout> rows;
+  // Another part of the call before it (cat's next input): not counted again.
+  bool continues = false;
 };
 
 // A call being checked for the queue: its entry and its tensors (b, c: null
@@ -133,13 +153,18 @@ void countLaunch(Queue& q, const c10::OperatorName* joined) {
   std::string key;  // the ops' addresses, in order
   key.reserve((q.entries.size() + 1) * sizeof(const void*));
   for (const Entry& e : q.entries) {
-    key.append(reinterpret_cast<const char*>(&e.source), sizeof(e.source));
+    if (!e.continues) {
+      key.append(reinterpret_cast<const char*>(&e.source), sizeof(e.source));
+    }
   }
   key.append(reinterpret_cast<const char*>(&joined), sizeof(joined));
   auto& counter = q.launched[key];
   if (counter == nullptr) {
     std::string name;
     for (const Entry& e : q.entries) {
+      if (e.continues) {
+        continue;
+      }
       name += name.empty() ? "" : "|";
       name += c10::toString(e.source->handle().operator_name());
     }
@@ -229,6 +254,55 @@ bool queueable(QueuedOp op, const at::Tensor& self) {
          !at::globalContext().deterministicAlgorithms() && self.device().type() == kNeuron &&
          plainQueueable(self) && (self.scalar_type() == at::kFloat || computesInFloat(op)) && self.numel() > 0 &&
          self.numel() <= kMaxElements;
+}
+
+// queueable(), for a self of any strides (its layout checked by the caller).
+bool queueableStrided(QueuedOp op, const at::Tensor& self) {
+  const auto dtype = self.scalar_type();
+  return gEnabled.load(std::memory_order_relaxed) && activeHooks() == 0 &&
+         !at::globalContext().deterministicAlgorithms() && self.device().type() == kNeuron &&
+         (dtype == at::kFloat || (dtype == at::kBFloat16 && computesInFloat(op))) && !self.is_neg() &&
+         !self.is_conj() && self.numel() > 0 && self.numel() <= kMaxElements;
+}
+
+// The rows of a copy of `sizes` elements from `src` strides to `dst` strides
+// (RowLayout); nullopt unless both have stride 1 in the last dim (or its size
+// is 1), or for more than kMaxRowDims dims left once merged.
+std::optional<RowLayout> rowLayout(c10::IntArrayRef sizes, c10::IntArrayRef src, c10::IntArrayRef dst) {
+  RowLayout layout;
+  if (sizes.empty()) {
+    return layout;
+  }
+  const int64_t last = static_cast<int64_t>(sizes.size()) - 1;
+  if (sizes[last] != 1 && (src[last] != 1 || dst[last] != 1)) {
+    return std::nullopt;
+  }
+  layout.len = sizes[last];
+  for (int64_t d = last - 1; d >= 0; --d) {
+    if (sizes[d] == 1) {
+      continue;
+    }
+    if (layout.dims == 0 && src[d] == layout.len && dst[d] == layout.len) {  // still contiguous on both sides
+      layout.len *= sizes[d];
+      continue;
+    }
+    if (layout.dims == kMaxRowDims) {
+      return std::nullopt;
+    }
+    layout.sizes[layout.dims] = sizes[d];
+    layout.src[layout.dims] = src[d];
+    layout.dst[layout.dims] = dst[d];
+    ++layout.dims;
+  }
+  return layout;
+}
+
+// The strides of PyTorch's result for an elementwise op or a clone of `self`
+// (empty_like's, TensorIterator's for one operand): self's where it is dense,
+// else dense in the order of self's strides.
+std::vector<int64_t> preservedStrides(const at::Tensor& self) {
+  return self.is_non_overlapping_and_dense() ? self.strides().vec()
+                                             : at::infer_dense_strides(self.sizes(), self.strides());
 }
 
 // `other` is an operand of self's dtype the queue can read.
@@ -453,6 +527,7 @@ NEURON_INLINE void compute(QueuedOp op, Out out, A a, B b, C c, float alpha, int
     case QueuedOp::RowSum:
     case QueuedOp::RowMean:
     case QueuedOp::LinearRow:  // Gemv.cpp's loop: run()
+    case QueuedOp::Copy:       // copyRows: run()
       break;
   }
 }
@@ -694,7 +769,8 @@ NEURON_INLINE void computeTyped(const Entry& e) {
   using In = typename ElementsOf<T>::type;
   using Out = typename ElementsOf<T>::store;
   T* out = static_cast<T*>(e.out);
-  const T *a = static_cast<const T*>(e.a), *b = static_cast<const T*>(e.b), *c = static_cast<const T*>(e.c);
+  // a strided operand's rows were copied into out (run())
+  const T *a = static_cast<const T*>(e.rows ? e.out : e.a), *b = static_cast<const T*>(e.b), *c = static_cast<const T*>(e.c);
   const int64_t n = e.n;
   if constexpr (std::is_same_v<T, float>) {
     if (rowWise(e.op)) {
@@ -799,10 +875,39 @@ Entry slice(const Entry& e, int64_t begin, int64_t end) {
   return part;
 }
 
+// A strided operand's rows copied into the entry's result (Entry::rows).
+void copyRows(const Entry& e) {
+  const RowLayout& r = *e.rows;
+  const int64_t size = e.bf16 ? 2 : 4;
+  const auto* in = static_cast<const char*>(e.a);
+  auto* out = static_cast<char*>(e.out);
+  std::array<int64_t, kMaxRowDims> index{};
+  int64_t src = 0, dst = 0;
+  for (int64_t row = 0, rows = e.n / r.len; row < rows; ++row) {
+    std::memcpy(out + dst * size, in + src * size, r.len * size);
+    for (int d = 0; d < r.dims; ++d) {  // the next row's offsets, innermost dim first
+      src += r.src[d];
+      dst += r.dst[d];
+      if (++index[d] < r.sizes[d]) {
+        break;
+      }
+      src -= r.src[d] * r.sizes[d];
+      dst -= r.dst[d] * r.sizes[d];
+      index[d] = 0;
+    }
+  }
+}
+
 // One entry's loops; above the grain size split across the intra-op threads
 // by whole rows, as PyTorch's kernels split them (each element is computed
 // by the same loop either way: the bits do not depend on the split).
 void run(const Entry& e) {
+  if (e.rows) {
+    copyRows(e);
+    if (e.op == QueuedOp::Copy) {
+      return;
+    }
+  }
   if (e.op == QueuedOp::LinearRow) {  // queued only where Gemv.cpp would not split it (queueLinearRow)
     gemvOnThisThread(static_cast<const float*>(e.b), static_cast<const float*>(e.a), static_cast<const float*>(e.c),
                      static_cast<float*>(e.out), e.n, e.period);
@@ -940,7 +1045,8 @@ void DeviceThread::beforeFork() {
 std::vector<Entry> takeLaunch(Queue& q, const c10::OperatorName* joined = nullptr) {
   countLaunch(q, joined);
   q.stats.launches += 1;
-  q.stats.ops += static_cast<int64_t>(q.entries.size());  // queued ops: a joined matmul was not queued
+  q.stats.ops += std::count_if(q.entries.begin(), q.entries.end(),  // queued ops: a joined matmul was not queued
+                               [](const Entry& e) { return !e.continues; });
   q.held_bytes = 0;
   q.written_bytes = 0;
   q.parallel = false;
@@ -997,16 +1103,19 @@ Ran runLocked(Queue& q, const c10::OperatorName* joined = nullptr) {
   return ran;
 }
 
-// `entry` queued: it writes `bytes`, of which `fresh_bytes` are new results
-// the queue holds, and splits across the intra-op threads when `parallel`.
-void enqueue(Entry&& entry, int64_t bytes, int64_t fresh_bytes, bool parallel) {
+// `entries` queued, in order (one call's parts: cat's inputs): they write
+// `bytes`, of which `fresh_bytes` are new results the queue holds, and split
+// across the intra-op threads when `parallel`.
+void enqueueAll(std::span<Entry> entries, int64_t bytes, int64_t fresh_bytes, bool parallel) {
   Queue& q = queue();
   Ran finished;  // declared before the lock: dropped after it is released
   std::lock_guard<std::mutex> lock(q.mutex);
   q.held_bytes += fresh_bytes;
   q.written_bytes += bytes;
   q.parallel = q.parallel || parallel;
-  q.entries.push_back(std::move(entry));
+  for (Entry& entry : entries) {
+    q.entries.push_back(std::move(entry));
+  }
   detail::gQueued.store(true, std::memory_order_release);
   if (static_cast<int64_t>(q.entries.size()) >= q.limit || q.held_bytes >= kMaxHeldBytes ||
       q.written_bytes >= kMaxWrittenBytes) {
@@ -1017,6 +1126,10 @@ void enqueue(Entry&& entry, int64_t bytes, int64_t fresh_bytes, bool parallel) {
       finished = runLocked(q);
     }
   }
+}
+
+void enqueue(Entry&& entry, int64_t bytes, int64_t fresh_bytes, bool parallel) {
+  enqueueAll(std::span<Entry>(&entry, 1), bytes, fresh_bytes, parallel);
 }
 
 // `call` queued, writing `out`.
@@ -1060,6 +1173,13 @@ at::Tensor freshResult(c10::IntArrayRef sizes, const at::Tensor& like) {
   c10::DeviceGuard guard(like.device());
   return at::detail::empty_generic(sizes, &neuronAllocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                    like.scalar_type(), c10::MemoryFormat::Contiguous);
+}
+
+// A fresh result of `sizes` and `strides` (dense), of `like`'s dtype, on its core.
+at::Tensor freshStrided(c10::IntArrayRef sizes, c10::IntArrayRef strides, const at::Tensor& like) {
+  c10::DeviceGuard guard(like.device());
+  return at::detail::empty_strided_generic(sizes, strides, &neuronAllocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), like.scalar_type());
 }
 
 // A fresh result for `call` (the shape of its operand that is not repeated),
@@ -1264,10 +1384,116 @@ bool queueNumberInplace(QueuedOp op, const DirectOp& source, const at::Tensor& s
   return call && queueInPlace(*call);
 }
 
+// `self` (any strides) copied into a fresh result of `strides` (queueClone),
+// then `op` applied in place on it (Copy: none); undefined when the copy's
+// rows do not qualify (rowLayout). A dense self of the result's strides is
+// read as it is, element by element in memory order.
+at::Tensor queueStrided(QueuedOp op, const DirectOp& source, const at::Tensor& self, c10::IntArrayRef strides) {
+  Entry entry{op, &source, self.scalar_type() == at::kBFloat16};
+  if (!(self.is_non_overlapping_and_dense() && self.strides().equals(strides))) {
+    auto layout = rowLayout(self.sizes(), self.strides(), strides);
+    if (!layout) {
+      return at::Tensor();
+    }
+    entry.rows = std::make_shared<const RowLayout>(*layout);
+  } else if (op == QueuedOp::Copy) {
+    entry.rows = std::make_shared<const RowLayout>(RowLayout{self.numel()});  // one row: the whole
+  }
+  at::Tensor out = freshStrided(self.sizes(), strides, self);
+  entry.out = out.mutable_data_ptr();
+  entry.a = self.const_data_ptr();
+  entry.n = out.numel();
+  entry.keep = {out, self};
+  const auto bytes = static_cast<int64_t>(entry.n * out.element_size());
+  enqueue(std::move(entry), bytes, bytes, op != QueuedOp::Copy && bytes / out.element_size() > kGrainSize);
+  return out;
+}
+
 at::Tensor queueTensors(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor* b,
                         const at::Tensor* c, double value) {
   auto call = tensorOperands(op, source, self, b, c, value);
-  return call ? queueOutOfPlace(*call) : at::Tensor();
+  if (call) {
+    return queueOutOfPlace(*call);
+  }
+  // A unary op of a strided self: its rows copied into the result, the op in place there.
+  if (b == nullptr && c == nullptr && !rowWise(op) && !self.is_contiguous() && queueableStrided(op, self)) {
+    return queueStrided(op, source, self, preservedStrides(self));
+  }
+  return at::Tensor();
+}
+
+at::Tensor queueClone(const DirectOp& source, const at::Tensor& self, std::optional<c10::MemoryFormat> format) {
+  const auto memory_format = format.value_or(c10::MemoryFormat::Preserve);
+  if ((memory_format != c10::MemoryFormat::Preserve && memory_format != c10::MemoryFormat::Contiguous) ||
+      !queueableStrided(QueuedOp::Copy, self)) {
+    return at::Tensor();
+  }
+  if (memory_format == c10::MemoryFormat::Contiguous) {
+    return queueStrided(QueuedOp::Copy, source, self, c10::contiguous_strides(self.sizes()));
+  }
+  return queueStrided(QueuedOp::Copy, source, self, preservedStrides(self));
+}
+
+at::Tensor queueCat(const DirectOp& source, const at::ITensorListRef& tensors, int64_t dim) {
+  const auto inputs = tensors.materialize();
+  if (inputs.empty() || inputs.size() > 64) {
+    return at::Tensor();
+  }
+  const at::Tensor& first = inputs.front();
+  const int64_t ndim = first.dim();
+  if (ndim == 0 || dim < -ndim || dim >= ndim) {
+    return at::Tensor();  // PyTorch's errors, or a legacy empty input to skip: unqueued
+  }
+  dim = dim < 0 ? dim + ndim : dim;
+  std::vector<int64_t> sizes = first.sizes().vec();
+  sizes[dim] = 0;
+  for (const at::Tensor& t : inputs) {
+    // every input of first's device, dtype and sizes but in `dim`, suggesting
+    // the contiguous format (so the result is contiguous, as PyTorch makes it)
+    if (t.dim() != ndim || t.device() != first.device() || t.scalar_type() != first.scalar_type() || t.is_neg() ||
+        t.is_conj() || t.suggest_memory_format() != c10::MemoryFormat::Contiguous) {
+      return at::Tensor();
+    }
+    for (int64_t d = 0; d < ndim; ++d) {
+      if (d != dim && t.size(d) != sizes[d]) {
+        return at::Tensor();
+      }
+    }
+    sizes[dim] += t.size(dim);
+  }
+  const int64_t numel = c10::multiply_integers(sizes);
+  const auto nonempty = std::find_if(inputs.begin(), inputs.end(), [](const at::Tensor& t) { return t.numel() > 0; });
+  if (numel == 0 || numel > kMaxElements || !queueableStrided(QueuedOp::Copy, *nonempty)) {
+    return at::Tensor();
+  }
+  const auto out_strides = c10::contiguous_strides(sizes);
+  std::vector<std::optional<RowLayout>> layouts;  // each input's rows in out (none: an empty input)
+  for (const at::Tensor& t : inputs) {
+    layouts.push_back(t.numel() > 0 ? rowLayout(t.sizes(), t.strides(), out_strides) : RowLayout{0});
+    if (!layouts.back()) {
+      return at::Tensor();
+    }
+  }
+  at::Tensor out = freshResult(sizes, first);
+  std::vector<Entry> entries;
+  int64_t offset = 0;  // elements of out before the next input's part
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const at::Tensor& t = inputs[i];
+    if (t.numel() > 0) {
+      Entry entry{QueuedOp::Copy, &source, first.scalar_type() == at::kBFloat16};
+      entry.rows = std::make_shared<const RowLayout>(*layouts[i]);
+      entry.a = t.const_data_ptr();
+      entry.out = static_cast<char*>(out.mutable_data_ptr()) + offset * out_strides[dim] * out.element_size();
+      entry.n = t.numel();
+      entry.continues = !entries.empty();
+      entry.keep = {out, t};
+      entries.push_back(std::move(entry));
+    }
+    offset += t.size(dim);
+  }
+  const auto bytes = static_cast<int64_t>(numel * out.element_size());
+  enqueueAll(entries, bytes, bytes, false);
+  return out;
 }
 
 bool queueTensorsInplace(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor* b,

@@ -73,6 +73,8 @@ enum class QueuedOp : uint8_t {
   LinearRow,
   // sum and mean over the last dim (float32, one result per row): queueRowReduction.
   RowSum, RowMean,
+  // A copy of a strided operand's rows (clone, cat: queueClone, queueCat).
+  Copy,
 };
 
 // From TORCH_NEURONX_ENABLE_CONCATENATION, NEURON_LAUNCH_BLOCKING and
@@ -125,6 +127,18 @@ at::Tensor queueTensors(QueuedOp op, const DirectOp& source, const at::Tensor& s
                         const at::Tensor* c, double value);
 bool queueTensorsInplace(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor* b,
                          const at::Tensor* c, double value);
+
+// Strided operands (views: a slice, a transpose, an expand), float32 or
+// bfloat16, whose last dim has stride 1 (or size 1): their rows are copied by
+// the queue (Entry::rows). clone(self, memory_format) with the result's
+// strides PyTorch's clone gives (the same where self is dense, else dense in
+// self's order of dims; or contiguous), and cat(tensors, dim) where every
+// input suggests the contiguous format (its result is contiguous); each
+// returns an undefined tensor when the call does not qualify. queueTensors
+// takes a unary op of such a self (neg of a slice: rotary embeddings'
+// rotate_half) as a copy of its rows into the result, then the op in place.
+at::Tensor queueClone(const DirectOp& source, const at::Tensor& self, std::optional<c10::MemoryFormat> format);
+at::Tensor queueCat(const DirectOp& source, const at::ITensorListRef& tensors, int64_t dim);
 
 // native_layer_norm(input, normalized_shape, weight, bias, eps) queued: its
 // (output, mean, rstd), or undefined tensors when the call does not qualify (a

@@ -282,6 +282,29 @@ NEURON_QUEUED_KERNEL(silu_backward, "", SiluBackward, INPUT, &input, nullptr, NE
 NEURON_REDUCTION_KERNEL(sum, "dim_IntList", RowSum)
 NEURON_REDUCTION_KERNEL(mean, "dim", RowMean)
 
+// clone and cat of strided float32 / bfloat16 views (Concatenation.h: queueClone, queueCat).
+DirectOp cloneOp("clone");
+at::Tensor cloneQueued(const at::Tensor& self, std::optional<at::MemoryFormat> memory_format) {
+  if (concatenationEnabled()) {
+    if (at::Tensor queued = queueClone(cloneOp, self, memory_format); queued.defined()) {
+      auto call = cloneOp.enter(self, memory_format);
+      return queued;
+    }
+  }
+  return cloneOp.runGeneric(self, memory_format);
+}
+
+DirectOp catOp("cat");
+at::Tensor catQueued(const at::ITensorListRef& tensors, int64_t dim) {
+  if (concatenationEnabled()) {
+    if (at::Tensor queued = queueCat(catOp, tensors, dim); queued.defined()) {
+      auto call = catOp.enter(std::vector<at::Tensor>(tensors.begin(), tensors.end()), dim);
+      return queued;
+    }
+  }
+  return catOp.runGeneric(std::vector<at::Tensor>(tensors.begin(), tensors.end()), dim);
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -302,6 +325,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   divScalarOp.registerKernel(m, divScalar);
   divScalarInplaceOp.registerKernel(m, divScalarInplace);
   sqrtOp.registerKernel(m, sqrtQueued);
+  cloneOp.registerKernel(m, cloneQueued);
+  catOp.registerKernel(m, catQueued);
   sqrtInplaceOp.registerKernel(m, sqrtInplaceQueued);
   negOp.registerKernel(m, negQueued);
   negInplaceOp.registerKernel(m, negInplaceQueued);

@@ -1434,6 +1434,66 @@ at::Tensor queueClone(const DirectOp& source, const at::Tensor& self, std::optio
   return queueStrided(QueuedOp::Copy, source, self, preservedStrides(self));
 }
 
+// Whether no two elements of `t` share memory (at::has_internal_overlap says
+// "too hard" for any view that is not dense, a slice included): its dims in
+// the order of their strides, each stride beyond the elements the smaller
+// ones reach.
+bool elementsApart(const at::Tensor& t) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims of more than one element
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) > 1) {
+      dims.emplace_back(t.stride(d), t.size(d));
+    }
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t reach = 0;  // the largest offset the dims so far reach
+  for (const auto& [stride, size] : dims) {
+    if (stride <= reach) {
+      return false;
+    }
+    reach += stride * (size - 1);
+  }
+  return true;
+}
+
+// Whether `a` and `b` cannot share memory: other storages, or apart within
+// one (at::get_overlap_status says "too hard" for any view that is not dense).
+bool memoryApart(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.storage().is_alias_of(b.storage())) {
+    return true;
+  }
+  const auto span = [](const at::Tensor& t) {  // the first and last element's offsets
+    int64_t last = t.storage_offset();
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      last += t.stride(d) * (t.size(d) - 1);
+    }
+    return std::pair<int64_t, int64_t>(t.storage_offset(), last);
+  };
+  const auto [a_first, a_last] = span(a);
+  const auto [b_first, b_last] = span(b);
+  return a_last < b_first || b_last < a_first;
+}
+
+bool queueCopy(const DirectOp& source, const at::Tensor& src, const at::Tensor& dst) {
+  if (!queueableStrided(QueuedOp::Copy, dst) || src.device() != dst.device() ||
+      src.scalar_type() != dst.scalar_type() || src.is_neg() || src.is_conj() || !src.sizes().equals(dst.sizes()) ||
+      !elementsApart(dst) || !memoryApart(dst, src)) {
+    return false;
+  }
+  auto layout = rowLayout(dst.sizes(), src.strides(), dst.strides());
+  if (!layout) {
+    return false;
+  }
+  Entry entry{QueuedOp::Copy, &source, dst.scalar_type() == at::kBFloat16};
+  entry.rows = std::make_shared<const RowLayout>(*layout);
+  entry.a = src.const_data_ptr();
+  entry.out = dst.mutable_data_ptr();
+  entry.n = dst.numel();
+  entry.keep = {dst, src};
+  enqueue(std::move(entry), static_cast<int64_t>(dst.numel() * dst.element_size()), 0, false);
+  return true;
+}
+
 at::Tensor queueCat(const DirectOp& source, const at::ITensorListRef& tensors, int64_t dim) {
   const auto inputs = tensors.materialize();
   if (inputs.empty() || inputs.size() > 64) {

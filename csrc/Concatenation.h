@@ -3,7 +3,7 @@
 //
 // Float32 and bfloat16 elementwise ops (csrc/FastOps.cpp serves them, and
 // csrc/Foreach.cpp the foreach ops, one queued op per element; the
-// out-of-place and in-place forms): add, sub, mul and div (Tensor overloads),
+// out-of-place and in-place forms): add, sub, mul and div (Tensor and Scalar overloads),
 // sqrt, neg, abs, relu, reciprocal, rsqrt, pow (exponents 2, 3, -2, 0.5,
 // -0.5, -1: PyTorch's CPU kernel computes these with IEEE operations, not
 // std::pow), lerp (Scalar weight), addcmul and addcdiv, exp, tanh, sigmoid
@@ -20,7 +20,9 @@
 // tensors of one shape (add, sub, mul, div: or a scalar operand, or one that
 // broadcasts by repeating whole rows or one value per row), of at most
 // 131,072 elements (above PyTorch's grain size, 32,768, split across the
-// intra-op threads as its CPU kernels split them), are
+// intra-op threads as its CPU kernels split them); and clone, cat, copy_ and
+// the unary ops of strided views whose last dim has stride 1 (queueClone,
+// queueCat, queueCopy: the queue copies their rows), are
 // queued instead of run when TORCH_NEURONX_ENABLE_CONCATENATION is on. The
 // queue runs as one launch, in program order, when anything may read device
 // memory: every path to device bytes goes through a host alias (hostAlias,
@@ -139,6 +141,10 @@ bool queueTensorsInplace(QueuedOp op, const DirectOp& source, const at::Tensor& 
 // rotate_half) as a copy of its rows into the result, then the op in place.
 at::Tensor queueClone(const DirectOp& source, const at::Tensor& self, std::optional<c10::MemoryFormat> format);
 at::Tensor queueCat(const DirectOp& source, const at::ITensorListRef& tensors, int64_t dim);
+// dst.copy_(src) between two such views of one shape on one core, of one dtype,
+// that share no memory (slice_backward's copy into a slice of zeros, `x[:, :k] = y`):
+// false when the call does not qualify.
+bool queueCopy(const DirectOp& source, const at::Tensor& src, const at::Tensor& dst);
 
 // native_layer_norm(input, normalized_shape, weight, bias, eps) queued: its
 // (output, mean, rstd), or undefined tensors when the call does not qualify (a

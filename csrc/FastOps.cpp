@@ -294,6 +294,17 @@ at::Tensor cloneQueued(const at::Tensor& self, std::optional<at::MemoryFormat> m
   return cloneOp.runGeneric(self, memory_format);
 }
 
+// dst.copy_(src) between views on one core (Concatenation.h: queueCopy).
+DirectOp copyOp("copy_");
+at::Tensor& copyQueued(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
+  if (concatenationEnabled() && queueCopy(copyOp, src, self)) {
+    auto call = copyOp.enter(self, src, non_blocking);
+    return self;
+  }
+  copyOp.runGeneric(self, src, non_blocking);
+  return self;
+}
+
 DirectOp catOp("cat");
 at::Tensor catQueued(const at::ITensorListRef& tensors, int64_t dim) {
   if (concatenationEnabled()) {
@@ -327,6 +338,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   sqrtOp.registerKernel(m, sqrtQueued);
   cloneOp.registerKernel(m, cloneQueued);
   catOp.registerKernel(m, catQueued);
+  copyOp.registerKernel(m, copyQueued);
   sqrtInplaceOp.registerKernel(m, sqrtInplaceQueued);
   negOp.registerKernel(m, negQueued);
   negInplaceOp.registerKernel(m, negInplaceQueued);

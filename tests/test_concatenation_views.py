@@ -297,3 +297,48 @@ def test_deterministic_mode_leaves_copies_unqueued(queueing):
         torch.use_deterministic_algorithms(False)
     assert queued_since(before) == 0
     assert torch.equal(got[1].cpu(), torch.cat([x.cpu(), x.cpu()]))
+
+
+def test_copies_into_views_are_queued_and_match_cpu(queueing):
+    """dst.copy_(src) between views of one shape that share no memory: an assignment into a slice,
+    and slicing's gradient (slice_backward: zeros, then a copy into a slice of them)."""
+    g = torch.Generator().manual_seed(12)
+    x, y = torch.randn(4, 8, generator=g), torch.randn(8, 4, generator=g)
+    dx, dy = x.to(DEV), y.to(DEV)
+    before = stats()
+    dx[:, 2:6] = dy[4:]
+    dx[1:3].copy_(dy[4:6].reshape(2, 4).repeat(1, 2))
+    dx[2:, 1:5] = dy[:4, :2].t()  # a transposed source (last stride 4): not rows, unqueued
+    assert queued_since(before) == 2
+    x[:, 2:6] = y[4:]
+    x[1:3].copy_(y[4:6].reshape(2, 4).repeat(1, 2))
+    x[2:, 1:5] = y[:4, :2].t()
+    assert torch.equal(dx.cpu(), x)
+    grads = []
+    for dev in ("cpu", DEV):
+        t = torch.randn(3, 16, generator=torch.Generator().manual_seed(13)).to(dev).requires_grad_()
+        (t[:, 4:12] * torch.arange(8.0, device=dev)).sum().backward()
+        grads.append(t.grad.cpu())
+    assert torch.equal(grads[1], grads[0])
+
+
+def test_copies_that_do_not_qualify_run_unqueued_with_cpus_result_or_error(queueing):
+    a = torch.randn(4, 6)
+    d = a.to(DEV)
+    before = stats()
+    converted = torch.empty(4, 6, dtype=torch.bfloat16).to(DEV).copy_(d)
+    broadcast = torch.empty(4, 6).to(DEV).copy_(d[0])
+    same = d.copy_(d)  # itself: PyTorch returns before any copy
+    assert queued_since(before) == 0
+    assert torch.equal(converted.cpu(), a.to(torch.bfloat16)) and torch.equal(broadcast.cpu(), a[0].expand(4, 6))
+    assert torch.equal(same.cpu(), a)
+    halves = [a.clone(), d.clone()]  # one storage, apart: queued
+    _C._run_queued()
+    before = stats()
+    for t in halves:
+        t[:2].copy_(t[2:])
+    assert queued_since(before) == 1 and torch.equal(halves[1].cpu(), halves[0])
+    overlapping = [a.clone(), d.clone()]
+    for t in overlapping:
+        t[:, :3].copy_(t[:, 1:4])  # source and destination share memory: unqueued, CPU's result
+    assert torch.equal(overlapping[1].cpu(), overlapping[0])

@@ -205,7 +205,7 @@ FAST_PATH_OVERLOADS = frozenset({
     "exp", "exp_", "tanh", "tanh_", "sigmoid", "sigmoid_", "silu", "silu_", "pow.Tensor_Scalar", "pow_.Scalar",
     "threshold_backward", "sigmoid_backward", "tanh_backward", "silu_backward", "_softmax",
     "_softmax_backward_data", "_log_softmax", "_log_softmax_backward_data", "sum.dim_IntList", "mean.dim",
-    "clone", "cat",
+    "clone", "cat", "copy_",
     # csrc/Dropout.cpp: float32 with a boolean mask without converting the mask first
     "native_dropout_backward",
     # csrc/Linear.cpp: one float32 row (batch 1) through csrc/Gemv.cpp's loop

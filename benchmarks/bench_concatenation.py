@@ -133,9 +133,9 @@ def _mlp_forward(device):
 
 def _llama_decode(device):
     """One decoding step of a small Hugging Face Llama (random weights from a config) at batch 1,
-    over a 16-token KV cache kept at that length: its RMSNorms, one-row projections, SiLU gate and
-    residual adds queue; rotary embeddings' cat and neg of a slice, the cache's cat and attention
-    run unqueued and cut the sequences."""
+    over a 16-token KV cache kept at that length: its RMSNorms, one-row projections, SiLU gate,
+    residual adds, rotary embeddings (neg of a slice, cat) and the cache's cat queue; attention
+    runs unqueued and cuts the sequences."""
     import transformers  # the HF stack: a dependency of the project
 
     config = transformers.LlamaConfig(vocab_size=1024, hidden_size=256, intermediate_size=688, num_hidden_layers=4,

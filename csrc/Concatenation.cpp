@@ -209,6 +209,18 @@ NEURON_INLINE uint16_t bf16Bits(float value) {
   return static_cast<uint16_t>(floatmath::selectBits(value == value, rounded, 0x7FC0u));
 }
 
+// A number operand of a binary op as PyTorch's kernel reads it: bfloat16 add
+// and sub round it to bfloat16 first (TensorIterator casts the wrapped number
+// to the common dtype: `x + 0.1` adds 0.10009765625), while mul and div read it
+// in float32 (their kernels' reduced-float path with a CPU scalar).
+NEURON_INLINE float roundedToBf16(float value) {
+  return floatmath::fromBits(static_cast<uint32_t>(bf16Bits(value)) << 16);
+}
+
+float numberAsRead(QueuedOp op, bool bf16, float value) {
+  return bf16 && (op == QueuedOp::Add || op == QueuedOp::Sub) ? roundedToBf16(value) : value;
+}
+
 // A contiguous tensor of a dtype the queue computes, without conj/neg bits.
 bool plainQueueable(const at::Tensor& t) {
   const auto dtype = t.scalar_type();
@@ -389,7 +401,7 @@ std::optional<Call> operands(QueuedOp op, const DirectOp& source, const at::Tens
     if (!value) {
       return std::nullopt;
     }
-    call.entry.scalar = *value;
+    call.entry.scalar = numberAsRead(op, call.entry.bf16, *value);
   } else {
     return std::nullopt;
   }
@@ -1368,7 +1380,7 @@ std::optional<Call> numberOperands(QueuedOp op, const DirectOp& source, const at
   }
   Call call{Entry{op, &source, self.scalar_type() == at::kBFloat16}, &self};
   call.entry.alpha = static_cast<float>(alpha);
-  call.entry.scalar = *value;
+  call.entry.scalar = numberAsRead(op, call.entry.bf16, *value);
   return call;
 }
 
@@ -1381,6 +1393,11 @@ at::Tensor queueNumber(QueuedOp op, const DirectOp& source, const at::Tensor& se
 bool queueNumberInplace(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Scalar& other,
                         double alpha) {
   auto call = numberOperands(op, source, self, other, alpha);
+  if (call && call->entry.bf16 && op == QueuedOp::Mul) {
+    // PyTorch's mul_.Scalar passes the wrapped number as the first operand (mul_out(self, number,
+    // self)), so its kernel's reduced-float path does not see it and it is cast to bfloat16 first.
+    call->entry.scalar = roundedToBf16(call->entry.scalar);
+  }
   return call && queueInPlace(*call);
 }
 

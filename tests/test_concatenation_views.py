@@ -34,7 +34,8 @@ def queueing():
 SCALAR_CALLS = [
     ("mul", 2.0, {}), ("mul", -0.5, {}), ("mul", 3, {}), ("mul", 1e39, {}), ("div", 64, {}), ("div", 0.0, {}),
     ("div", -3.7, {}), ("add", 1e-6, {}), ("add", 3, {}), ("sub", 0.25, {}), ("add", 3, {"alpha": 0.5}),
-    ("sub", 1.5, {"alpha": -2}),
+    ("sub", 1.5, {"alpha": -2}), ("add", 0.1, {}), ("sub", 0.9, {}), ("add", 1 / 96, {}), ("mul", 0.1, {}),
+    ("div", 0.9, {}),
 ]
 
 
@@ -342,3 +343,16 @@ def test_copies_that_do_not_qualify_run_unqueued_with_cpus_result_or_error(queue
     for t in overlapping:
         t[:, :3].copy_(t[:, 1:4])  # source and destination share memory: unqueued, CPU's result
     assert torch.equal(overlapping[1].cpu(), overlapping[0])
+
+
+@pytest.mark.parametrize("number", [0.1, 0.9, 1 / 96, -3.3e38, 1e39])
+def test_bfloat16_add_and_sub_of_a_python_number_round_it_to_bfloat16_as_pytorch_does(queueing, number):
+    """TensorIterator casts the wrapped number to bfloat16 before add/sub (`x + 0.1` adds
+    0.10009765625), while mul/div read it in float32: the same bits either way."""
+    x = (torch.randn(4096, generator=torch.Generator().manual_seed(14)) * 3).bfloat16()
+    d = x.to(DEV)
+    before = stats()
+    got = [d + number, d - number, number + d, d * number, d / number]
+    assert queued_since(before) == 5
+    for have, want in zip(got, [x + number, x - number, number + x, x * number, x / number]):
+        assert torch.equal(have.cpu().view(torch.int16), want.view(torch.int16))

@@ -353,8 +353,9 @@ bool oneValuePerRow(c10::IntArrayRef small, c10::IntArrayRef full) {
 // either a CPU scalar or another float32 tensor on its core of its shape, or
 // that broadcasts to it by repeating whole rows (out of place, self may be the
 // one repeated); contiguous, no conj/neg bits.
-std::optional<Call> operands(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor& other,
-                             double alpha, bool in_place) {
+// The call of a binary op on `self` with `alpha`, its other operand still to
+// set; nullopt when self or alpha does not qualify.
+std::optional<Call> binaryCall(QueuedOp op, const DirectOp& source, const at::Tensor& self, double alpha) {
   if (!queueable(op, self)) {
     return std::nullopt;
   }
@@ -367,22 +368,32 @@ std::optional<Call> operands(QueuedOp op, const DirectOp& source, const at::Tens
     return std::nullopt;
   }
   call.entry.alpha = static_cast<float>(alpha);
+  return call;
+}
+
+std::optional<Call> operands(QueuedOp op, const DirectOp& source, const at::Tensor& self, const at::Tensor& other,
+                             double alpha, bool in_place) {
+  auto made = binaryCall(op, source, self, alpha);
+  if (!made) {
+    return std::nullopt;
+  }
+  Call& call = *made;
   if (other.device() == self.device()) {
     if (!sameDtype(other, self)) {
       return std::nullopt;
     }
     call.b = &other;
     if (other.sizes().equals(self.sizes())) {
-      return call;
+      return made;
     }
     if (auto period = repeatPeriod(other.sizes(), self.sizes())) {
       call.entry.period = *period;
-      return call;
+      return made;
     }
     if (oneValuePerRow(other.sizes(), self.sizes())) {
       call.entry.period = self.size(-1);
       call.entry.per_row = true;
-      return call;
+      return made;
     }
     if (in_place || other.numel() > kMaxElements) {
       return std::nullopt;
@@ -405,7 +416,7 @@ std::optional<Call> operands(QueuedOp op, const DirectOp& source, const at::Tens
   } else {
     return std::nullopt;
   }
-  return call;
+  return made;
 }
 
 // The loops below are inlined into two entry points (computeAnyCpu,
@@ -1375,12 +1386,10 @@ bool queueBinaryInplace(QueuedOp op, const DirectOp& source, const at::Tensor& s
 std::optional<Call> numberOperands(QueuedOp op, const DirectOp& source, const at::Tensor& self,
                                    const at::Scalar& other, double alpha) {
   const auto value = queueableNumber(other);
-  if (!value || !queueable(op, self) || (self.scalar_type() == at::kBFloat16 && alpha != 1.0)) {
-    return std::nullopt;
+  auto call = value ? binaryCall(op, source, self, alpha) : std::nullopt;
+  if (call) {
+    call->entry.scalar = numberAsRead(op, call->entry.bf16, *value);
   }
-  Call call{Entry{op, &source, self.scalar_type() == at::kBFloat16}, &self};
-  call.entry.alpha = static_cast<float>(alpha);
-  call.entry.scalar = numberAsRead(op, call.entry.bf16, *value);
   return call;
 }
 
@@ -1422,7 +1431,8 @@ at::Tensor queueStrided(QueuedOp op, const DirectOp& source, const at::Tensor& s
   entry.n = out.numel();
   entry.keep = {out, self};
   const auto bytes = static_cast<int64_t>(entry.n * out.element_size());
-  enqueue(std::move(entry), bytes, bytes, op != QueuedOp::Copy && bytes / out.element_size() > kGrainSize);
+  const bool parallel = op != QueuedOp::Copy && entry.n > kGrainSize;  // the op after the copy may split
+  enqueue(std::move(entry), bytes, bytes, parallel);
   return out;
 }
 
